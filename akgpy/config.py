@@ -1,0 +1,29 @@
+"""Every akgpy flag, declared once: name, default, doc, and whether it changes generated code."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Flag:
+    name: str
+    default: str
+    doc: str
+    affects_codegen: bool
+
+    def get(self) -> str:
+        return os.environ.get(self.name, self.default)
+
+
+DUMP = Flag("AKGPY_DUMP", "", "directory: every stage writes what it produced there (graph, TVMScript, source)", False)
+NUM_THREADS = Flag("TVM_NUM_THREADS", "", "CPU threads for kernels; akgpy defaults it to all cores at import", False)
+
+FLAGS = {f.name: f for f in (DUMP, NUM_THREADS)}
+
+
+def init_threads() -> None:
+    """TVM's pool size is read once when the runtime starts; default it to every core here."""
+    if "TVM_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["TVM_NUM_THREADS"] = str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                            else os.cpu_count() or 1)

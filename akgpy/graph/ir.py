@@ -1,0 +1,180 @@
+"""The graph IR: tensors linked by name, ops in topological order.
+
+A Graph is one fused subgraph (or a whole model graph). It is immutable; frontends and
+the builder produce it, every later stage only reads it. `validate()` is run by every
+constructor path, so a Graph that exists is well-formed: every op is known, every tensor
+is defined before use, and every declared shape/dtype agrees with its op's shape rule.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .. import dtypes
+from ..errors import ShapeError, UnsupportedOpError
+
+NZ = "FRACTAL_NZ"
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    format: str = "DefaultFormat"
+    value: Any = None  # set for compile-time constants (composite `value`)
+
+    @property
+    def is_const(self) -> bool:
+        return self.value is not None
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def logical_shape(self) -> tuple[int, ...]:
+        """FRACTAL_NZ stores a logical [..., M, N] as [..., N/16, M/16, 16, 16]."""
+        if self.format == NZ and len(self.shape) >= 4:
+            *b, n1, m1, m0, n0 = self.shape
+            return (*b, m1 * m0, n1 * n0)
+        return self.shape
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str  # the op type, e.g. "Add"
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: Mapping[str, Any] = field(default_factory=dict, compare=True, hash=False)
+    # Non-semantic op-level keys of the source format (impl_path, fusion hints), for round trips.
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def attr(self, key: str, default: Any = ...):
+        from ..errors import AttrError
+        if key in self.attrs:
+            return self.attrs[key]
+        if default is ...:
+            raise AttrError(f"missing attribute {key!r}", op=self.name,
+                            tensor=self.outputs[0] if self.outputs else None)
+        return default
+
+    def label(self, index: int | None = None) -> str:
+        out = self.outputs[0] if self.outputs else "?"
+        return f"{self.name}#{index}->{out}" if index is not None else f"{self.name}->{out}"
+
+
+@dataclass(frozen=True)
+class Graph:
+    name: str
+    tensors: Mapping[str, Tensor]
+    inputs: tuple[str, ...]  # kernel argument order (constants excluded)
+    outputs: tuple[str, ...]
+    ops: tuple[Op, ...]
+    process: str = "cpu"
+    # Non-semantic leftovers kept only so that to_composite() round-trips a file.
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self):
+        self.validate()
+
+    # -- queries ---------------------------------------------------------------------
+    def tensor(self, name: str) -> Tensor:
+        return self.tensors[name]
+
+    def producer(self, name: str) -> Op | None:
+        for op in self.ops:
+            if name in op.outputs:
+                return op
+        return None
+
+    def inplace_targets(self) -> dict[str, str]:
+        """input tensor name -> name of the value written into it (last write wins)."""
+        out = {}
+        for op in self.ops:
+            if op.name in ("InplaceAssign", "Assign"):
+                out[op.inputs[0]] = op.inputs[1]
+        return out
+
+    @property
+    def fake_outputs(self) -> frozenset[str]:
+        fake = set()
+        for op in self.ops:
+            if op.name == "InplaceAssign" and bool(op.attrs.get("fake_output", False)):
+                fake.update(op.outputs)
+        return frozenset(n for n in self.outputs if n in fake)
+
+    @property
+    def real_outputs(self) -> tuple[str, ...]:
+        fake = self.fake_outputs
+        return tuple(n for n in self.outputs if n not in fake)
+
+    def consumers(self) -> dict[str, list[int]]:
+        uses: dict[str, list[int]] = {}
+        for i, op in enumerate(self.ops):
+            for t in op.inputs:
+                uses.setdefault(t, []).append(i)
+        return uses
+
+    # -- validation ------------------------------------------------------------------
+    def validate(self) -> None:
+        from ..ops.registry import lookup  # late: registry imports this module
+        for t in self.tensors.values():
+            dtypes.check(t.dtype, tensor=t.name)
+            if any((not isinstance(s, int)) or s < 0 for s in t.shape):
+                raise ShapeError(f"shape {list(t.shape)} must be non-negative ints", tensor=t.name)
+        defined = set()
+        for name in self.inputs:
+            if name not in self.tensors:
+                raise ShapeError("input is not described", tensor=name)
+            if self.tensors[name].is_const:
+                raise ShapeError("a constant cannot be a kernel input", tensor=name)
+            defined.add(name)
+        defined.update(n for n, t in self.tensors.items() if t.is_const)
+        for i, op in enumerate(self.ops):
+            opdef = lookup(op.name, tensor=op.outputs[0] if op.outputs else None)
+            for t in op.inputs:
+                if t not in defined:
+                    raise ShapeError("input used before it is defined (not a graph input, constant "
+                                     "or earlier op output)", op=op.label(i), tensor=t)
+            for t in op.outputs:
+                if t in defined:
+                    raise ShapeError("tensor defined twice", op=op.label(i), tensor=t)
+                if t not in self.tensors:
+                    raise ShapeError("output is not described", op=op.label(i), tensor=t)
+            opdef.check(op, [self.tensors[t] for t in op.inputs], [self.tensors[t] for t in op.outputs], i)
+            defined.update(op.outputs)
+        for name in self.outputs:
+            if name not in defined:
+                raise ShapeError("graph output is never produced", tensor=name)
+        if not self.outputs and not self.inplace_targets():
+            raise ShapeError(f"graph {self.name!r} has no outputs and no in-place writes")
+
+    # -- conversions -----------------------------------------------------------------
+    def to_composite(self, *, indent: int | None = None) -> str:
+        from ..frontends.composite import dump_composite
+        return dump_composite(self, indent=indent)
+
+    def hash(self) -> str:
+        from .hash import structural_hash
+        return structural_hash(self)
+
+    def __repr__(self) -> str:
+        return (f"Graph({self.name!r}, {len(self.inputs)} inputs, {len(self.ops)} ops, "
+                f"{len(self.outputs)} outputs)")
+
+    def describe(self) -> str:
+        lines = [f"graph {self.name} ({self.process})"]
+        for n in self.inputs:
+            t = self.tensors[n]
+            lines.append(f"  input  {n}: {t.dtype}{list(t.shape)} {t.format}")
+        for i, op in enumerate(self.ops):
+            ins = ", ".join(f"{self.tensors[x].value!r}" if self.tensors[x].is_const else x for x in op.inputs)
+            outs = ", ".join(f"{o}: {self.tensors[o].dtype}{list(self.tensors[o].shape)}" for o in op.outputs)
+            attrs = f" {dict(op.attrs)}" if op.attrs else ""
+            lines.append(f"  {i:3d} {outs} = {op.name}({ins}){attrs}")
+        lines.append(f"  outputs {list(self.outputs)}")
+        return "\n".join(lines)

@@ -1,0 +1,3 @@
+from .registry import OPS, OpDef, Category, lookup
+
+__all__ = ["OPS", "OpDef", "Category", "lookup"]

@@ -1,0 +1,389 @@
+"""The op table: one row per op name with its category, shape rule and semantic attrs.
+
+Other views of an op are their own tables keyed by the same names, so that importing
+one view never drags in another: the numpy reference (`akgpy.reference.ops.REFERENCE`,
+which must not import tvm) and the TE builders (`akgpy.te.builders.BUILDERS`). A test
+checks that all three tables cover exactly the same names.
+
+Semantic attrs are the ones that change what an op computes; only they enter the
+structural hash. Everything else MindSpore leaves in `attr` (visited, pri_format,
+is_backed_cast, x_shape, enable_atomic_add, ...) is carried for round trips only.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from ..errors import AttrError, ShapeError, UnsupportedOpError
+from ..graph.ir import NZ, Op, Tensor
+
+
+class Category(enum.IntEnum):
+    # Ordered by how freely they fuse: a consumer may absorb any producer of a lower category.
+    ELEMWISE = 0
+    BROADCAST = 1
+    LAYOUT = 2
+    REDUCE = 3
+    OPAQUE = 4
+
+
+Rule = Callable[[Op, Sequence[Tensor], Sequence[Tensor]], None]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    category: Category
+    rule: Rule  # raises ShapeError/AttrError when declared outputs disagree with inputs+attrs
+    n_inputs: tuple[int, int]  # inclusive bounds
+    semantic_attrs: tuple[str, ...] = ()
+    canonical: str | None = None  # alias target (TensorAdd -> Add)
+
+    def check(self, op: Op, ins: Sequence[Tensor], outs: Sequence[Tensor], index: int | None = None) -> None:
+        lo, hi = self.n_inputs
+        label = op.label(index)
+        if not lo <= len(ins) <= hi:
+            raise ShapeError(f"expects {lo}..{hi} inputs, got {len(ins)}", op=label,
+                             tensor=outs[0].name if outs else None)
+        if len(outs) != 1:
+            raise ShapeError(f"expects exactly 1 output, got {len(outs)}", op=label)
+        try:
+            self.rule(op, ins, outs)
+        except (ShapeError, AttrError) as e:
+            if e.op is None:  # name the op instance so the user can find it
+                raise type(e)(e.message, op=label, tensor=e.tensor or outs[0].name) from None
+            raise
+
+
+# -- helpers -----------------------------------------------------------------------------
+
+def broadcast_shapes(shapes: Sequence[Sequence[int]], *, tensor: str | None = None) -> tuple[int, ...]:
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for d in range(rank):
+        sizes = {s[len(s) - rank + d] for s in shapes if len(s) - rank + d >= 0}
+        sizes.discard(1)
+        if len(sizes) > 1:
+            raise ShapeError(f"shapes {[list(s) for s in shapes]} do not broadcast", tensor=tensor)
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+def uses_logical_broadcast(ins: Sequence[Tensor], out: Tensor) -> bool:
+    """An elementwise op that mixes FRACTAL_NZ and plain tensors broadcasts logically."""
+    tensors = [t for t in [*ins, out] if not (t.is_const or t.size == 1)]
+    fmts = {t.format == NZ for t in tensors}
+    return len(fmts) > 1
+
+
+def _expect(out: Tensor, shape, dtype, what: str = "") -> None:
+    if tuple(out.shape) != tuple(shape):
+        raise ShapeError(f"declared shape {list(out.shape)} but {what or 'inputs'} give {list(shape)}", tensor=out.name)
+    if dtype is not None and out.dtype != dtype:
+        raise ShapeError(f"declared dtype {out.dtype} but {what or 'inputs'} give {dtype}", tensor=out.name)
+
+
+def _elementwise_shape(ins: Sequence[Tensor], out: Tensor) -> None:
+    if uses_logical_broadcast(ins, out):
+        shape = broadcast_shapes([t.logical_shape for t in ins], tensor=out.name)
+        if tuple(out.logical_shape) != shape:
+            raise ShapeError(f"declared logical shape {list(out.logical_shape)} but FRACTAL_NZ broadcasting "
+                             f"gives {list(shape)}", tensor=out.name)
+        return
+    shape = broadcast_shapes([t.shape for t in ins], tensor=out.name)
+    if tuple(out.shape) != shape and (out.size != _size(shape) or _squeeze(out.shape) != _squeeze(shape)):
+        _expect(out, shape, None)  # a declared shape differing only in unit dims is a view: allowed
+
+
+def _size(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _squeeze(shape):
+    return tuple(s for s in shape if s != 1)
+
+
+def _same_dtype(ins: Sequence[Tensor], out: Tensor | None = None) -> str:
+    real = [t for t in ins if not t.is_const]
+    kinds = {t.dtype for t in real}
+    if len(kinds) > 1:
+        raise ShapeError(f"operand dtypes differ: {[f'{t.name}:{t.dtype}' for t in real]}",
+                         tensor=real[-1].name)
+    return kinds.pop() if kinds else (out.dtype if out is not None else ins[0].dtype)
+
+
+def _normalize_axes(axis, rank: int, *, tensor: str) -> tuple[int, ...]:
+    if isinstance(axis, bool) or axis is None:
+        raise AttrError(f"axis must be an int or a list of ints, got {axis!r}", tensor=tensor)
+    axes = [axis] if isinstance(axis, int) else list(axis)
+    if not axes:
+        return tuple(range(rank))
+    out = set()
+    for a in axes:
+        if not isinstance(a, int) or not -rank <= a < max(rank, 1):
+            raise AttrError(f"axis {a!r} out of range for rank {rank}", tensor=tensor)
+        out.add(a % rank if rank else 0)
+    return tuple(sorted(out))
+
+
+def reduce_axes(op: Op, x: Tensor) -> tuple[int, ...]:
+    return _normalize_axes(op.attr("axis", []), len(x.shape), tensor=x.name)
+
+
+def _int_list(op: Op, key: str, default=...) -> tuple[int, ...]:
+    v = op.attr(key, default)
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = [v]
+    if not isinstance(v, (list, tuple)) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise AttrError(f"attribute {key!r} must be a list of ints, got {v!r}")
+    return tuple(v)
+
+
+# -- shape rules -------------------------------------------------------------------------
+
+def unary(op, ins, outs):
+    _expect(outs[0], ins[0].shape, ins[0].dtype)
+
+
+def binary(op, ins, outs):
+    _elementwise_shape(ins, outs[0])
+    dt = _same_dtype(ins, outs[0])
+    if outs[0].dtype != dt:
+        raise ShapeError(f"declared dtype {outs[0].dtype} but operands are {dt}", tensor=outs[0].name)
+
+
+def compare(op, ins, outs):
+    _elementwise_shape(ins, outs[0])
+    _same_dtype(ins)
+    # Ascend graphs declare some comparisons as float16/float32: the result is then 1 or 0 in that dtype.
+
+
+def select(op, ins, outs):
+    _elementwise_shape(ins, outs[0])
+    # A non-bool condition (Ascend's float masks) selects where it is nonzero.
+    dt = _same_dtype(ins[1:], outs[0])
+    if outs[0].dtype != dt:
+        raise ShapeError(f"declared dtype {outs[0].dtype} but branches are {dt}", tensor=outs[0].name)
+
+
+def cast(op, ins, outs):
+    dst = op.attr("dst_type", outs[0].dtype)
+    _expect(outs[0], ins[0].shape, dst, "dst_type")
+
+
+def addn(op, ins, outs):
+    binary(op, ins, outs)
+
+
+def broadcast_to(op, ins, outs):
+    shape = _int_list(op, "shape", list(outs[0].shape))
+    target = broadcast_shapes([ins[0].shape, shape], tensor=outs[0].name)
+    if target != tuple(shape):
+        raise ShapeError(f"{list(ins[0].shape)} cannot broadcast to {list(shape)}", tensor=outs[0].name)
+    _expect(outs[0], shape, ins[0].dtype)
+
+
+def reshape(op, ins, outs):
+    if ins[0].size != outs[0].size:
+        raise ShapeError(f"reshape of {list(ins[0].shape)} ({ins[0].size} elements) to "
+                         f"{list(outs[0].shape)} ({outs[0].size})", tensor=outs[0].name)
+    _expect(outs[0], outs[0].shape, ins[0].dtype)
+
+
+def transpose(op, ins, outs):
+    perm = _int_list(op, "perm")
+    if sorted(perm) != list(range(len(ins[0].shape))):
+        raise AttrError(f"perm {list(perm)} is not a permutation of rank {len(ins[0].shape)}")
+    _expect(outs[0], [ins[0].shape[p] for p in perm], ins[0].dtype, "perm")
+
+
+def reduce(op, ins, outs):
+    x = ins[0]
+    axes = reduce_axes(op, x)
+    keep = op.attr("keep_dims", False)
+    if not isinstance(keep, bool):
+        raise AttrError(f"keep_dims must be a bool, got {keep!r}")
+    size = 1
+    for d, s in enumerate(x.shape):
+        if d not in axes:
+            size *= s
+    if outs[0].size != size:
+        raise ShapeError(f"reducing {list(x.shape)} over {list(axes)} leaves {size} elements, declared "
+                         f"{list(outs[0].shape)}", tensor=outs[0].name)
+    _expect(outs[0], outs[0].shape, x.dtype)
+
+
+def inplace_assign(op, ins, outs):
+    a, b, c = ins
+    if a.is_const:
+        raise ShapeError("the in-place target must be a buffer, not a constant", tensor=a.name)
+    if b.size != a.size and not b.is_const:
+        raise ShapeError(f"value {list(b.shape)} does not fit target {list(a.shape)}", tensor=b.name)
+    if b.dtype != a.dtype:
+        raise ShapeError(f"value dtype {b.dtype} differs from target dtype {a.dtype}", tensor=b.name)
+    if outs[0].size != c.size or outs[0].dtype != c.dtype:
+        raise ShapeError(f"output must equal the pass-through {c.name}: {c.dtype}{list(c.shape)}",
+                         tensor=outs[0].name)
+
+
+def assign(op, ins, outs):
+    a, b = ins
+    if a.is_const:
+        raise ShapeError("the assign target must be a buffer, not a constant", tensor=a.name)
+    if b.size != a.size and not b.is_const:
+        raise ShapeError(f"value {list(b.shape)} does not fit target {list(a.shape)}", tensor=b.name)
+    if b.dtype != a.dtype:
+        raise ShapeError(f"value dtype {b.dtype} differs from target dtype {a.dtype}", tensor=b.name)
+    _expect(outs[0], a.shape, a.dtype)
+
+
+def matmul_dims(op: Op, a: Tensor, b: Tensor):
+    """(batch, M, K, N) of C = op(A) @ op(B), in logical (non-fractal) coordinates."""
+    ta, tb = bool(op.attr("transpose_a", False)), bool(op.attr("transpose_b", False))
+    la, lb = a.logical_shape, b.logical_shape
+    if len(la) < 2 or len(la) != len(lb):
+        raise ShapeError(f"operands need equal rank >= 2, got {list(la)} and {list(lb)}", tensor=b.name)
+    if la[:-2] != lb[:-2]:
+        raise ShapeError(f"batch dims differ: {list(la[:-2])} vs {list(lb[:-2])}", tensor=b.name)
+    m, ka = (la[-1], la[-2]) if ta else (la[-2], la[-1])
+    kb, n = (lb[-1], lb[-2]) if tb else (lb[-2], lb[-1])
+    if ka != kb:
+        raise ShapeError(f"contraction sizes differ: {ka} vs {kb}", tensor=b.name)
+    return tuple(la[:-2]), m, ka, n
+
+
+def matmul(op, ins, outs):
+    batch, m, _, n = matmul_dims(op, ins[0], ins[1])
+    dst = op.attr("dst_type", outs[0].dtype)
+    out = outs[0]
+    if tuple(out.logical_shape) != (*batch, m, n):
+        raise ShapeError(f"declared {list(out.logical_shape)} (logical) but operands give {[*batch, m, n]}",
+                         tensor=out.name)
+    if out.dtype != dst:
+        raise ShapeError(f"declared dtype {out.dtype} but dst_type is {dst}", tensor=out.name)
+    if len(ins) == 3:
+        broadcast_shapes([ins[2].shape, (*batch, m, n)], tensor=ins[2].name)
+
+
+def conv2d(op, ins, outs):
+    x, w = ins
+    if len(x.shape) != 4 or len(w.shape) != 4:
+        raise ShapeError(f"Conv2D needs NHWC data and OHWI weight, got {list(x.shape)} and {list(w.shape)}",
+                         tensor=w.name)
+    stride = _int_list(op, "stride", [1, 1, 1, 1])
+    sh, sw = stride[-2:]
+    if any(p != 0 for p in _int_list(op, "pad_list", [0, 0, 0, 0])):
+        raise AttrError("Conv2D with a nonzero pad_list is not supported; pad with PadAkg first")
+    if any(d != 1 for d in _int_list(op, "dilation", [1, 1, 1, 1])):
+        raise AttrError("Conv2D with dilation != 1 is not supported")
+    if op.attrs.get("groups", 1) not in (1, None) or op.attrs.get("group", 1) not in (1, None):
+        raise AttrError("grouped Conv2D is not supported")
+    n, h, wd, c = x.shape
+    o, kh, kw, c2 = w.shape
+    if c != c2:
+        raise ShapeError(f"channels differ: data {c}, weight {c2}", tensor=w.name)
+    if sh < 1 or sw < 1 or kh > h or kw > wd:
+        raise ShapeError(f"kernel {kh}x{kw} stride {sh}x{sw} does not fit {h}x{wd}", tensor=w.name)
+    _expect(outs[0], (n, (h - kh) // sh + 1, (wd - kw) // sw + 1, o), op.attr("dst_type", outs[0].dtype))
+
+
+def pad(op, ins, outs):
+    head, tail = _int_list(op, "head"), _int_list(op, "tail")
+    x = ins[0]
+    if len(head) != len(x.shape) or len(tail) != len(x.shape) or min(head + tail, default=0) < 0:
+        raise AttrError(f"head {list(head)} / tail {list(tail)} must be non-negative and of rank {len(x.shape)}")
+    _expect(outs[0], [s + h + t for s, h, t in zip(x.shape, head, tail)], x.dtype)
+
+
+def unpad(op, ins, outs):
+    tail = _int_list(op, "tail")
+    x = ins[0]
+    if len(x.shape) < 2 or len(tail) != len(x.shape) or any(tail[:-2]) or min(tail, default=0) < 0:
+        raise AttrError(f"tail {list(tail)} must be rank {len(x.shape)}, >= 0, and zero on batch dims")
+    _expect(outs[0], [*x.shape[:-2], x.shape[-2] - tail[-2], x.shape[-1] - tail[-1]], x.dtype)
+
+
+def one_hot(op, ins, outs):
+    depth = op.attr("depth")
+    axis = op.attr("axis", -1)
+    idx = ins[0]
+    if not isinstance(depth, int) or depth < 0:
+        raise AttrError(f"depth must be a non-negative int, got {depth!r}")
+    if idx.dtype not in ("int32", "int64", "int8", "int16", "uint8"):
+        raise ShapeError(f"indices must be integers, got {idx.dtype}", tensor=idx.name)
+    rank = len(idx.shape) + 1
+    if not -rank <= axis < rank:
+        raise AttrError(f"axis {axis} out of range for rank {rank}")
+    axis = axis % rank
+    shape = list(idx.shape)
+    shape.insert(axis, depth)
+    _expect(outs[0], shape, None)
+
+
+def complex_(op, ins, outs):
+    re, im = ins
+    if re.dtype != im.dtype or re.dtype not in ("float32", "float64"):
+        raise ShapeError(f"Complex needs two float parts of one dtype, got {re.dtype}/{im.dtype}", tensor=im.name)
+    _elementwise_shape(ins, outs[0])
+    want = "complex64" if re.dtype == "float32" else "complex128"
+    if outs[0].dtype != want:
+        raise ShapeError(f"declared {outs[0].dtype}, Complex of {re.dtype} gives {want}", tensor=outs[0].name)
+
+
+def complex_part(op, ins, outs):
+    z = ins[0]
+    if z.dtype not in ("complex64", "complex128"):
+        raise ShapeError(f"{op.name} needs a complex input, got {z.dtype}", tensor=z.name)
+    _expect(outs[0], z.shape, "float32" if z.dtype == "complex64" else "float64")
+
+
+def custom(op, ins, outs):
+    if op.attr("func_type", None) is None:
+        raise AttrError("Custom op without func_type")
+
+
+E, B, L, R, O = Category.ELEMWISE, Category.BROADCAST, Category.LAYOUT, Category.REDUCE, Category.OPAQUE
+
+_ROWS = [
+    *(OpDef(n, E, unary, (1, 1)) for n in ("Neg", "Abs", "Exp", "Log", "Sqrt", "Rsqrt", "Reciprocal", "Tanh")),
+    *(OpDef(n, E, binary, (2, 2)) for n in ("Add", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "Pow")),
+    OpDef("TensorAdd", E, binary, (2, 2), canonical="Add"),
+    *(OpDef(n, E, compare, (2, 2)) for n in ("Greater", "GreaterEqual", "Less", "LessEqual", "Equal")),
+    OpDef("Select", E, select, (3, 3)),
+    OpDef("Cast", E, cast, (1, 1), ("dst_type",)),
+    OpDef("AddN", E, addn, (1, 1 << 16)),
+    OpDef("InplaceAssign", E, inplace_assign, (3, 3), ("fake_output",)),
+    OpDef("Assign", E, assign, (2, 2)),
+    OpDef("Complex", E, complex_, (2, 2)),
+    OpDef("CReal", E, complex_part, (1, 1)),
+    OpDef("CImag", E, complex_part, (1, 1)),
+    OpDef("BroadcastTo", B, broadcast_to, (1, 1), ("shape",)),
+    OpDef("OneHot", B, one_hot, (3, 3), ("depth", "axis")),
+    OpDef("Reshape", L, reshape, (1, 1)),
+    OpDef("Transpose", L, transpose, (1, 1), ("perm",)),
+    OpDef("PadAkg", L, pad, (1, 1), ("head", "tail", "pad_val")),
+    OpDef("UnPadAkg", L, unpad, (1, 1), ("tail",)),
+    OpDef("ReduceSum", R, reduce, (1, 1), ("axis", "keep_dims")),
+    OpDef("ReduceMax", R, reduce, (1, 1), ("axis", "keep_dims")),
+    OpDef("MatMul", O, matmul, (2, 3), ("transpose_a", "transpose_b", "dst_type")),
+    OpDef("Conv2D", O, conv2d, (2, 2), ("stride", "pad_list", "dilation", "groups", "dst_type")),
+    OpDef("Custom", O, custom, (0, 1 << 16), ("func_type", "func_name", "func_source_str")),
+]
+OPS: dict[str, OpDef] = {row.name: row for row in _ROWS}
+
+
+def lookup(name: str, *, tensor: str | None = None) -> OpDef:
+    try:
+        return OPS[name]
+    except KeyError:
+        raise UnsupportedOpError(f"unknown op {name!r}; akgpy knows {len(OPS)} ops: {', '.join(sorted(OPS))}",
+                                 op=name, tensor=tensor) from None
+
+
+def canonical_name(name: str) -> str:
+    row = lookup(name)
+    return row.canonical or row.name

@@ -1,0 +1,217 @@
+"""numpy interpreter of a Graph: the oracle every kernel is checked against.
+
+Independence is the point: this module imports neither tvm nor akgpy's TE builders, and it
+computes each op in float64 (complex128 for complex, int64 for ints) and rounds the result
+to the tensor's declared dtype, so a kernel that keeps every declared rounding matches it
+to within last-place differences of transcendental functions and summation order.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from . import dtypes
+from .errors import ArgumentError, UnsupportedOpError
+from .graph.ir import NZ, Graph, Op, Tensor
+from .ops.registry import matmul_dims, reduce_axes, uses_logical_broadcast
+
+
+def _wide(x: np.ndarray) -> np.ndarray:
+    if x.dtype.kind == "f":
+        return x.astype(np.float64)
+    if x.dtype.kind == "c":
+        return x.astype(np.complex128)
+    if x.dtype.kind in "iu":
+        return x.astype(np.int64)
+    return x
+
+
+def nz_to_logical(x: np.ndarray) -> np.ndarray:
+    *b, n1, m1, m0, n0 = x.shape
+    r = len(b)
+    return x.transpose(*range(r), r + 1, r + 2, r, r + 3).reshape(*b, m1 * m0, n1 * n0)
+
+
+def logical_to_nz(x: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    *b, n1, m1, m0, n0 = shape
+    r = len(b)
+    return x.reshape(*b, m1, m0, n1, n0).transpose(*range(r), r + 2, r, r + 1, r + 3)
+
+
+def _elementwise(fn: Callable) -> Callable:
+    """Apply fn with numpy broadcasting, or FRACTAL_NZ logical broadcasting when formats mix."""
+    def run(op: Op, args: list, ins: list[Tensor], out: Tensor):
+        if uses_logical_broadcast(ins, out):
+            args = [nz_to_logical(a) if t.format == NZ and not t.is_const else a for a, t in zip(args, ins)]
+            r = np.asarray(fn(*args))
+            return logical_to_nz(np.broadcast_to(r, out.logical_shape), out.shape) if out.format == NZ else r
+        return fn(*args)
+    return run
+
+
+def _truediv(a, b):
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":  # TVM div on ints truncates toward zero
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.trunc(a / b).astype(np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return a / b
+
+
+def _reduce(fn):
+    def run(op, args, ins, out):
+        axes = reduce_axes(op, ins[0])
+        x = args[0]
+        if x.ndim == 0:
+            return x
+        return fn(x, axis=axes, keepdims=True)
+    return run
+
+
+def _matmul(op, args, ins, out):
+    a, b = args[0], args[1]
+    if ins[0].format == NZ:
+        a = nz_to_logical(a)
+    if ins[1].format == NZ:
+        b = nz_to_logical(b)
+    matmul_dims(op, ins[0], ins[1])
+    if op.attrs.get("transpose_a", False):
+        a = np.swapaxes(a, -1, -2)
+    if op.attrs.get("transpose_b", False):
+        b = np.swapaxes(b, -1, -2)
+    c = np.matmul(a, b)
+    if len(args) == 3:
+        c = c + args[2]
+    return logical_to_nz(c, out.shape) if out.format == NZ else c
+
+
+def _conv2d(op, args, ins, out):
+    x, w = args
+    sh, sw = tuple(op.attrs.get("stride", (1, 1, 1, 1)))[-2:]
+    n, oh, ow, o = out.shape
+    _, kh, kw, _ = w.shape
+    acc = np.zeros((n, oh, ow, o))
+    for i in range(kh):  # one GEMM per filter tap keeps memory at one shifted copy of x
+        for j in range(kw):
+            patch = x[:, i:i + sh * (oh - 1) + 1:sh, j:j + sw * (ow - 1) + 1:sw, :]
+            acc += patch @ w[:, i, j, :].T
+    return acc
+
+
+def _one_hot(op, args, ins, out):
+    idx, on, off = args
+    depth = op.attrs["depth"]
+    axis = op.attrs.get("axis", -1) % (idx.ndim + 1)
+    hot = np.expand_dims(idx, axis) == np.arange(depth).reshape([-1 if d == axis else 1 for d in range(idx.ndim + 1)])
+    return np.where(hot, on.reshape(()), off.reshape(()))
+
+
+def _custom(op, args, ins, out):
+    if op.attrs.get("func_type") != "hybrid" or "func_source_str" not in op.attrs:
+        raise UnsupportedOpError("only hybrid Custom ops with func_source_str have a reference", op=op.name)
+    ns: dict[str, Any] = {"output_tensor": lambda shape, dtype: np.zeros(shape, np.float64),
+                          "range": range, "np": np}
+    exec(op.attrs["func_source_str"], ns)  # AKG's generator does the same: hybrid script is numpy-compatible
+    return ns[op.attrs["func_name"]](*[a.copy() for a in args])
+
+
+def _pad(op, args, ins, out):
+    return np.pad(args[0], list(zip(op.attrs["head"], op.attrs["tail"])), constant_values=op.attrs.get("pad_val", 0))
+
+
+def _unpad(op, args, ins, out):
+    return args[0][tuple(slice(0, s) for s in out.shape)]
+
+
+def _cast(op, args, ins, out):
+    x = args[0]
+    if out.dtype == "bool":
+        return x != 0
+    return x
+
+
+E = _elementwise
+REFERENCE: dict[str, Callable[[Op, list, list[Tensor], Tensor], Any]] = {
+    "Neg": E(np.negative), "Abs": E(np.abs), "Exp": E(np.exp), "Log": E(np.log), "Sqrt": E(np.sqrt),
+    "Rsqrt": E(lambda x: 1.0 / np.sqrt(x)), "Reciprocal": E(lambda x: 1.0 / x), "Tanh": E(np.tanh),
+    "Add": E(np.add), "TensorAdd": E(np.add), "Sub": E(np.subtract), "Mul": E(np.multiply),
+    "RealDiv": E(_truediv), "Maximum": E(np.maximum), "Minimum": E(np.minimum), "Pow": E(np.power),
+    "Greater": E(np.greater), "GreaterEqual": E(np.greater_equal), "Less": E(np.less),
+    "LessEqual": E(np.less_equal), "Equal": E(np.equal),
+    "Select": E(lambda c, x, y: np.where(c != 0, x, y)),
+    "Cast": _cast,
+    "AddN": E(lambda *xs: sum(xs[1:], xs[0])),
+    "Complex": E(lambda re, im: re + 1j * im), "CReal": E(np.real), "CImag": E(np.imag),
+    "BroadcastTo": lambda op, args, ins, out: np.broadcast_to(args[0], out.shape),
+    "OneHot": _one_hot,
+    "Reshape": lambda op, args, ins, out: args[0].reshape(out.shape),
+    "Transpose": lambda op, args, ins, out: np.transpose(args[0], op.attrs["perm"]),
+    "PadAkg": _pad, "UnPadAkg": _unpad,
+    "ReduceSum": _reduce(np.sum), "ReduceMax": _reduce(np.max),
+    "MatMul": _matmul, "Conv2D": _conv2d, "Custom": _custom,
+    # InplaceAssign/Assign are handled by evaluate(): they rebind a buffer, not compute.
+    "InplaceAssign": None, "Assign": None,
+}
+
+
+def _round(value: Any, t: Tensor) -> np.ndarray:
+    arr = np.asarray(value)
+    with np.errstate(invalid="ignore", over="ignore"):
+        arr = arr.astype(dtypes.to_numpy(t.dtype))
+    if arr.size == t.size:
+        return arr.reshape(t.shape)
+    return np.broadcast_to(arr, t.shape).copy()
+
+
+def _const(t: Tensor) -> np.ndarray:
+    return np.full(t.shape, t.value, dtype=dtypes.to_numpy(t.dtype))
+
+
+def bind_inputs(g: Graph, inputs: Sequence[Any] | Mapping[str, Any]) -> dict[str, np.ndarray]:
+    if isinstance(inputs, Mapping):
+        inputs = [inputs[n] for n in g.inputs]
+    if len(inputs) != len(g.inputs):
+        raise ArgumentError(f"graph {g.name} takes {len(g.inputs)} inputs, got {len(inputs)}")
+    env = {}
+    for name, a in zip(g.inputs, inputs):
+        t = g.tensors[name]
+        a = np.asarray(a)
+        if a.shape != t.shape or a.dtype != dtypes.to_numpy(t.dtype):
+            raise ArgumentError(f"expected {t.dtype}{list(t.shape)}, got {a.dtype}{list(a.shape)}", tensor=name)
+        env[name] = a
+    return env
+
+
+def evaluate(g: Graph, inputs: Sequence[Any] | Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Value of every tensor after the graph ran; in-place targets hold their final value."""
+    env = bind_inputs(g, inputs)
+    T = g.tensors
+    for i, op in enumerate(g.ops):
+        ins = [T[n] for n in op.inputs]
+        args = [_const(t) if t.is_const else env[t.name] for t in ins]
+        out = T[op.outputs[0]]
+        if op.name == "InplaceAssign":
+            env[op.inputs[0]] = _round(args[1], ins[0])
+            env[out.name] = _round(args[2], out)
+            continue
+        if op.name == "Assign":
+            env[op.inputs[0]] = _round(args[1], ins[0])
+            env[out.name] = _round(args[1], out)
+            continue
+        fn = REFERENCE.get(op.name)
+        if fn is None:
+            raise UnsupportedOpError("no numpy reference", op=op.label(i))
+        with np.errstate(all="ignore"):
+            env[out.name] = _round(fn(op, [_wide(a) for a in args], ins, out), out)
+    return env
+
+
+def run(g: Graph, inputs: Sequence[Any] | Mapping[str, Any]) -> tuple[np.ndarray, ...]:
+    """Mirror of a compiled program's call: returns the real outputs in order and writes
+    in-place (InplaceAssign/Assign) results into the given input arrays."""
+    arrays = [inputs[n] for n in g.inputs] if isinstance(inputs, Mapping) else list(inputs)
+    env = evaluate(g, inputs)
+    for target in g.inplace_targets():
+        k = g.inputs.index(target)
+        np.copyto(arrays[k], env[target])
+    return tuple(env[n] for n in g.real_outputs)

@@ -1,0 +1,3 @@
+from .program import Kernel, Program
+
+__all__ = ["Program", "Kernel"]

@@ -1,0 +1,141 @@
+"""A compiled Program: the callable akgpy.fuse returns.
+
+Calling convention (MindSpore's): `prog(*inputs)` takes the graph's inputs in input_desc
+order, returns the real outputs in output_desc order, and writes InplaceAssign/Assign
+results into the input arrays they target.
+
+Host kernels assume 64-byte aligned, compact buffers (a misaligned pointer can crash the
+vectorised code), so an argument is passed zero-copy only when it is aligned, C-contiguous
+and writable where written; otherwise it goes through an aligned copy, copied back if the
+kernel writes it. Outputs are allocated aligned here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import ArgumentError
+from ..graph.ir import Graph
+from ..te.lower import Param
+
+ALIGN = 64
+
+
+def aligned_empty(shape, dtype) -> np.ndarray:
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    raw = np.empty(n + ALIGN, dtype=np.uint8)
+    off = (-raw.ctypes.data) % ALIGN
+    return raw[off:off + n].view(dt).reshape(shape)
+
+
+def _is_aligned(a: np.ndarray) -> bool:
+    return a.flags.c_contiguous and a.ctypes.data % ALIGN == 0
+
+
+def as_numpy(x: Any, name: str) -> np.ndarray:
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "__dlpack__"):
+        try:
+            return np.from_dlpack(x)
+        except (TypeError, RuntimeError, BufferError) as e:
+            raise ArgumentError(f"cannot view {type(x).__name__} as a host array via DLPack: {e}", tensor=name) from None
+    if np.isscalar(x) or isinstance(x, (list, tuple)):
+        return np.asarray(x)
+    raise ArgumentError(f"expected a numpy array or a DLPack tensor, got {type(x).__name__}", tensor=name)
+
+
+@dataclass
+class Kernel:
+    name: str
+    source: str  # generated code: LLVM IR for CPU
+    tir: str  # the scheduled TVMScript
+    params: list[Param]
+    func: Any = field(repr=False)
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.name!r}, {len(self.params)} params)"
+
+
+class Program:
+    def __init__(self, graph: Graph, kernels: list[Kernel], target: str):
+        self.graph, self.kernels, self.target = graph, kernels, target
+        self._in_index = {n: i for i, n in enumerate(graph.inputs)}
+
+    def source(self) -> str:
+        return "\n\n".join(f"// kernel {k.name}\n{k.source}" for k in self.kernels)
+
+    def __repr__(self) -> str:
+        return f"Program({self.graph.name!r}, {len(self.kernels)} kernel(s), target={self.target!r})"
+
+    def _check(self, arrays: Sequence[Any]) -> list[np.ndarray]:
+        g = self.graph
+        if len(arrays) != len(g.inputs):
+            raise ArgumentError(f"{g.name} takes {len(g.inputs)} inputs ({', '.join(g.inputs)}), got {len(arrays)}")
+        out = []
+        for name, x in zip(g.inputs, arrays):
+            t = g.tensors[name]
+            a = as_numpy(x, name)
+            want = dtypes.to_numpy(t.dtype)
+            if a.dtype != want:
+                raise ArgumentError(f"dtype {a.dtype} does not match the graph's {t.dtype}", tensor=name)
+            if a.shape != t.shape:
+                raise ArgumentError(f"shape {list(a.shape)} does not match the graph's {list(t.shape)}", tensor=name)
+            out.append(a)
+        return out
+
+    def __call__(self, *arrays: Any) -> tuple[np.ndarray, ...]:
+        args = self._check(arrays)
+        results: dict[str, np.ndarray] = {}
+        for k in self.kernels:
+            call_args, writebacks = [], []
+            for p in k.params:
+                if p.kind == "input":
+                    call_args.append(self._pass_input(args[self._in_index[p.tensor]], p))
+                elif p.kind == "output":
+                    buf = aligned_empty(p.shape, p.dtype)
+                    results[p.tensor] = buf
+                    call_args.append(buf)
+                else:  # inplace: the kernel writes the target's new value here
+                    user = args[self._in_index[p.tensor]]
+                    direct = _storage_view(user, p)
+                    if direct is not None and not any(q.kind == "input" and q.tensor == p.tensor for q in k.params):
+                        call_args.append(direct)
+                    else:
+                        buf = aligned_empty(p.shape, p.dtype)
+                        writebacks.append((user, buf))
+                        call_args.append(buf)
+            k.func(*call_args)
+            for user, buf in writebacks:
+                np.copyto(user, buf.view(user.dtype).reshape(user.shape) if user.dtype.kind == "c" else buf.reshape(user.shape))
+        g = self.graph
+        return tuple(_from_storage(results[n], g.tensors[n].dtype) for n in g.real_outputs)
+
+    @staticmethod
+    def _pass_input(a: np.ndarray, p: Param) -> np.ndarray:
+        v = _storage_view(a, p, writable=False)
+        if v is not None:
+            return v
+        buf = aligned_empty(p.shape, p.dtype)
+        src = np.ascontiguousarray(a)
+        np.copyto(buf, src.view(p.dtype).reshape(p.shape) if a.dtype.kind == "c" else src.reshape(p.shape))
+        return buf
+
+
+def _storage_view(a: np.ndarray, p: Param, writable: bool = True) -> np.ndarray | None:
+    """`a` seen as the kernel's storage (complex -> float pairs), if that needs no copy."""
+    if not _is_aligned(a) or not a.flags.writeable:  # DLPack cannot export read-only arrays
+        return None
+    if a.dtype.kind == "c":
+        return a.view(p.dtype).reshape(p.shape)
+    return a.reshape(p.shape) if a.shape != p.shape else a
+
+
+def _from_storage(buf: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype in dtypes.COMPLEX_PART:
+        return buf.view(dtypes.to_numpy(dtype)).reshape(buf.shape[:-1])
+    return buf

@@ -1,0 +1,3 @@
+from .plain import plain_schedule
+
+__all__ = ["plain_schedule"]

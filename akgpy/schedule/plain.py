@@ -1,0 +1,144 @@
+"""The plain CPU schedule: the baseline every smarter schedule is checked against.
+
+1. inline every injective block that is not an output or a packing stage, so a chain of
+   elementwise/broadcast/layout ops becomes one expression inside its consumer;
+2. each remaining spatial nest: vectorise an inner slice of the innermost loop (when it
+   divides), fuse the rest and run it in parallel;
+3. reductions: parallel over the fused spatial loops, the reduction loops serial inside;
+4. contractions (MatMul/Conv2D): a register tile of `tile_i` rows x `tile_j` vector
+   columns accumulates over the whole reduction, tiles run in parallel.
+Every primitive is applied through `_try`, so a schedule step that TVM refuses for an
+unusual block leaves that block correct but slower, never broken.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import s_tir
+
+from ..te.lower import Lowered
+
+
+@dataclass(frozen=True)
+class PlainConfig:
+    vector_bytes: int = 64  # one AVX-512 register
+    tile_i: int = 8
+    tile_j_vectors: int = 2
+    min_parallel: int = 2
+
+
+def _try(fn, *args, **kw):
+    try:
+        return fn(*args, **kw)
+    except (s_tir.ScheduleError, ValueError, RuntimeError):
+        return None
+
+
+def _extent(sch, loop) -> int:
+    ext = sch.get(loop).extent
+    return int(ext.value) if hasattr(ext, "value") else -1
+
+
+def _largest_divisor(n: int, limit: int) -> int:
+    for f in range(min(n, limit), 0, -1):
+        if n % f == 0:
+            return f
+    return 1
+
+
+def _elem_bytes(sch, block) -> int:
+    buf = sch.get(block).writes[0].source
+    bits = int(tvm_dtype_bits(buf.dtype))
+    return max(bits // 8, 1)
+
+
+def tvm_dtype_bits(dtype) -> int:
+    s = str(dtype)
+    if s == "bool":
+        return 8
+    digits = "".join(c for c in s if c.isdigit())
+    return int(digits) if digits else 32
+
+
+def _spatial(sch, block, cfg: PlainConfig) -> None:
+    loops = sch.get_loops(block)
+    if not loops:
+        return
+    lanes = max(cfg.vector_bytes // _elem_bytes(sch, block), 1)
+    inner = loops[-1]
+    ext = _extent(sch, inner)
+    vec = None
+    if ext > 1:
+        f = _largest_divisor(ext, lanes)
+        if f >= 4:
+            outer, vec = sch.split(inner, [None, f]) if f < ext else (None, inner)
+            loops = loops[:-1] + ([outer] if outer is not None else [])
+    outer_loops = [l for l in loops]
+    if outer_loops:
+        fused = sch.fuse(*outer_loops) if len(outer_loops) > 1 else outer_loops[0]
+        if _extent(sch, fused) >= cfg.min_parallel:
+            _try(sch.parallel, fused)
+    if vec is not None:
+        _try(sch.vectorize, vec)
+
+
+def _reduction(sch, block, cfg: PlainConfig) -> None:
+    blk = sch.get(block)
+    kinds = [int(iv.iter_type) for iv in blk.iter_vars]
+    loops = sch.get_loops(block)
+    if len(loops) != len(kinds):
+        return
+    spatial = [l for l, k in zip(loops, kinds) if k == 0]
+    if spatial and len(spatial) == len([k for k in kinds[:len(spatial)] if k == 0]):
+        fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
+        if _extent(sch, fused) >= cfg.min_parallel:
+            _try(sch.parallel, fused)
+
+
+def _contraction(sch, block, cfg: PlainConfig) -> None:
+    blk = sch.get(block)
+    kinds = [int(iv.iter_type) for iv in blk.iter_vars]
+    loops = sch.get_loops(block)
+    if len(loops) != len(kinds) or kinds.count(0) < 2:
+        return _reduction(sch, block, cfg)
+    spatial = [l for l, k in zip(loops, kinds) if k == 0]
+    reduce = [l for l, k in zip(loops, kinds) if k != 0]
+    lanes = max(cfg.vector_bytes // 4, 1)  # accumulators are 32-bit
+    *outer, li, lj = spatial
+    ti = _largest_divisor(_extent(sch, li), cfg.tile_i)
+    tj = _largest_divisor(_extent(sch, lj), lanes * cfg.tile_j_vectors)
+    io, ii = sch.split(li, [None, ti])
+    jo, ji = sch.split(lj, [None, tj])
+    sch.reorder(*outer, jo, io, *reduce, ii, ji)
+    par = sch.fuse(*outer, jo, io)
+    _try(sch.parallel, par)
+    init = _try(sch.decompose_reduction, block, reduce[0])
+    _try(sch.unroll, ii)
+    if tj >= 4:
+        _try(sch.vectorize, ji)
+    if init is not None:
+        iloops = sch.get_loops(init)
+        if tj >= 4 and iloops:
+            _try(sch.vectorize, iloops[-1])
+
+
+def plain_schedule(low: Lowered, cfg: PlainConfig | None = None):
+    cfg = cfg or PlainConfig()
+    sch = s_tir.Schedule(low.func)
+    blocks = {sch.get(b).name_hint: b for b in sch.get_child_blocks(sch.get_sblock("root"))}
+    for name, b in blocks.items():
+        if low.roles.get(name) == "elemwise":
+            _try(sch.compute_inline, b)
+    for name in list(blocks):
+        try:
+            b = sch.get_sblock(name)
+        except s_tir.ScheduleError:
+            continue  # inlined
+        role = low.roles.get(name, "elemwise")
+        if role == "contract":
+            _try(_contraction, sch, b, cfg)
+        elif role == "reduce":
+            _try(_reduction, sch, b, cfg)
+        else:
+            _try(_spatial, sch, b, cfg)
+    return sch

@@ -1,0 +1,3 @@
+from .llvm import host_target
+
+__all__ = ["host_target"]

@@ -1,0 +1,3 @@
+from .lower import Lowered, Param, lower
+
+__all__ = ["lower", "Lowered", "Param"]

@@ -1,0 +1,272 @@
+"""TE builders: one function per op name, `builder(lowerer, op, operands, out) -> te.Tensor`.
+
+This table is the TE view of the op table in akgpy.ops.registry (same keys, checked by a
+test). A builder describes *what* is computed over the declared output shape; how the
+loops run is the scheduler's business.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from tvm import te, tirx
+
+from ..errors import UnsupportedOpError
+from ..graph.ir import NZ, Op, Tensor
+from ..ops.registry import matmul_dims, reduce_axes
+from .index import logical_to_nz, nz_to_logical, reshape_index
+from .lower import Lowerer, Operand, compute_dtype, logical, storage
+
+
+def _real_only(op: Op, ins: list[Operand]) -> None:
+    for o in ins:
+        if o.is_complex:
+            raise UnsupportedOpError(f"{op.name} on complex operands is not supported (only Complex, CReal, "
+                                     "CImag, Reshape and Transpose handle complex64)", op=op.name, tensor=o.desc.name)
+
+
+def elementwise(fn: Callable) -> Callable:
+    """out[i] = fn(*operand values at i), computed in the compute dtype, rounded to out dtype."""
+    def build(lw: Lowerer, op: Op, ins: list[Operand], out: Tensor):
+        _real_only(op, ins)
+        lg = logical(ins, out)
+        return lw.compute(out.shape, lambda *i: _to(fn(*[o.value(out, i, lg) for o in ins]), out.dtype))
+    return build
+
+
+def dt(x) -> str:
+    """dtype of a PrimExpr (TVM 0.27 calls it `ty`)."""
+    return str(x.ty)
+
+
+def _to(x, dtype: str):
+    if dtype == "bool" and dt(x) != "bool":
+        return x != tirx.const(0, dt(x))
+    return x.astype(dtype) if dt(x) != dtype else x
+
+
+def _one(x):
+    return tirx.const(1, dt(x))
+
+
+def _div(a, b):
+    if dt(a).startswith(("int", "uint")):
+        return tirx.truncdiv(a, b)
+    return a / b
+
+
+def _select(c, x, y):
+    if dt(c) != "bool":
+        c = c != tirx.const(0, dt(c))
+    return tirx.Select(c, x, y)
+
+
+def _addn(*xs):
+    acc = xs[0]
+    for x in xs[1:]:
+        acc = acc + x
+    return acc
+
+
+def cast(lw, op, ins, out):
+    _real_only(op, ins)
+    x = ins[0]
+    return lw.compute(out.shape, lambda *i: _to(x.load(out, i), out.dtype))
+
+
+def compare(fn):
+    def build(lw, op, ins, out):
+        _real_only(op, ins)
+        lg = logical(ins, out)
+        return lw.compute(out.shape, lambda *i: _to(fn(*[o.value(out, i, lg) for o in ins]), out.dtype))
+    return build
+
+
+def broadcast_to(lw, op, ins, out):
+    x = ins[0]
+    if x.is_complex:
+        return lw.compute(storage(out)[0], lambda *i: x.load(out, i[:-1], part=i[-1]))
+    return lw.compute(out.shape, lambda *i: x.load(out, i))
+
+
+def reshape(lw, op, ins, out):
+    x = ins[0]
+    if x.is_complex:
+        return lw.compute(storage(out)[0], lambda *i: x.tensor(*reshape_index(x.desc.shape, out.shape, i[:-1]), i[-1]))
+    if x.tensor is None:
+        return lw.compute(out.shape, lambda *i: x.load(out, i))
+    return lw.compute(out.shape, lambda *i: x.tensor(*reshape_index(x.desc.shape, out.shape, i)))
+
+
+def transpose(lw, op, ins, out):
+    x = ins[0]
+    perm = list(op.attrs["perm"])
+    inv = [perm.index(d) for d in range(len(perm))]
+    if x.is_complex:
+        return lw.compute(storage(out)[0], lambda *i: x.tensor(*[i[inv[d]] for d in range(len(perm))], i[-1]))
+    return lw.compute(out.shape, lambda *i: x.tensor(*[i[inv[d]] for d in range(len(perm))]))
+
+
+def pad(lw, op, ins, out):
+    _real_only(op, ins)
+    x = ins[0]
+    head, shape = list(op.attrs["head"]), x.desc.shape
+    pv = tirx.const(op.attrs.get("pad_val", 0), out.dtype)
+
+    def f(*i):
+        inside = tirx.all(*[tirx.all(v >= h, v < h + s) for v, h, s in zip(i, head, shape)]) if i else True
+        src = [tirx.max(tirx.min(v - h, s - 1), 0) for v, h, s in zip(i, head, shape)]  # clamped: always in bounds
+        return tirx.Select(inside, x.tensor(*src), pv)
+    return lw.compute(out.shape, f)
+
+
+def unpad(lw, op, ins, out):
+    x = ins[0]
+    return lw.compute(out.shape, lambda *i: x.tensor(*i))
+
+
+def one_hot(lw, op, ins, out):
+    idx, on, off = ins
+    rank = len(out.shape)
+    axis = op.attrs.get("axis", -1) % rank
+
+    def f(*i):
+        j = i[axis]
+        src = [v for d, v in enumerate(i) if d != axis]
+        hit = idx.tensor(*src).astype("int64") == j.astype("int64")
+        return tirx.Select(hit, on.load(out, [0] * len(on.desc.shape)).astype(out.dtype),
+                           off.load(out, [0] * len(off.desc.shape)).astype(out.dtype))
+    return lw.compute(out.shape, f)
+
+
+def _reduce(kind: str):
+    def build(lw, op, ins, out):
+        _real_only(op, ins)
+        x = ins[0]
+        xs = x.desc.shape
+        axes = [a for a in reduce_axes(op, x.desc) if xs[a] != 1]
+        kept = [s for d, s in enumerate(xs) if d not in reduce_axes(op, x.desc)]
+        acc_dt = compute_dtype(x.desc.dtype) if kind == "sum" else x.desc.dtype
+        rvars = {a: te.reduce_axis((0, xs[a]), name=f"k{a}") for a in axes}
+
+        def src_index(i):
+            kidx = reshape_index(kept, out.shape, i) if tuple(kept) != tuple(out.shape) else list(i)
+            it = iter(kidx)
+            full = []
+            for d in range(len(xs)):
+                if d in rvars:
+                    full.append(rvars[d])
+                elif d in reduce_axes(op, x.desc):
+                    full.append(0)
+                else:
+                    full.append(next(it))
+            return tuple(full)
+
+        def f(*i):
+            v = x.tensor(*src_index(i))
+            v = v.astype(acc_dt) if dt(v) != acc_dt else v
+            if not rvars:
+                return v
+            rv = list(rvars.values())
+            return te.sum(v, axis=rv) if kind == "sum" else te.max(v, axis=rv)
+        red = lw.compute(out.shape, f, role="reduce" if rvars else "elemwise")
+        if acc_dt != out.dtype:
+            return lw.compute(out.shape, lambda *i: red(*i).astype(out.dtype), suffix="_cast")
+        return red
+    return build
+
+
+def matmul(lw, op, ins, out):
+    a, b = ins[0], ins[1]
+    _real_only(op, ins)
+    batch, m, k, n = matmul_dims(op, a.desc, b.desc)
+    ta, tb = bool(op.attrs.get("transpose_a", False)), bool(op.attrs.get("transpose_b", False))
+    acc = "float32" if out.dtype in ("float16", "float32") or a.desc.dtype == "float16" else compute_dtype(out.dtype)
+    nb = len(batch)
+
+    def logical_load(o: Operand, bidx, r, c):
+        idx = [*bidx, r, c]
+        if o.desc.format == NZ:
+            idx = logical_to_nz(o.desc, idx)
+        return o.tensor(*idx)
+
+    # Contractions read B along its rows (k) for a vector of columns (n): re-lay a
+    # transposed or fractal B out as [batch.., K, N] once so the inner loop is contiguous.
+    if tb or b.desc.format == NZ:
+        packed = lw.compute((*batch, k, n), lambda *i: logical_load(b, i[:nb], *((i[-1], i[-2]) if tb else (i[-2], i[-1]))),
+                            role="pack", suffix="_packB")
+        bload = lambda bidx, kk, j: packed(*bidx, kk, j)
+    else:
+        bload = lambda bidx, kk, j: logical_load(b, bidx, kk, j)
+    aload = (lambda bidx, i, kk: logical_load(a, bidx, kk, i)) if ta else (lambda bidx, i, kk: logical_load(a, bidx, i, kk))
+    rk = te.reduce_axis((0, k), name="k")
+
+    def c_logical(*idx):
+        bidx, i, j = idx[:nb], idx[nb], idx[nb + 1]
+        return te.sum(aload(bidx, i, rk).astype(acc) * bload(bidx, rk, j).astype(acc), axis=rk)
+    c = lw.compute((*batch, m, n), c_logical, role="contract")
+    bias = ins[2] if len(ins) == 3 else None
+    lout = Tensor(out.name, (*batch, m, n), out.dtype)
+
+    def epilogue(*idx):
+        lidx = nz_to_logical(out, idx) if out.format == NZ else list(idx)
+        v = c(*lidx)
+        if bias is not None:
+            v = v + bias.load(lout, lidx).astype(acc)
+        return v.astype(out.dtype)
+    if bias is None and out.format != NZ and out.dtype == acc:
+        return c
+    return lw.compute(out.shape, epilogue, suffix="_epilogue")
+
+
+def conv2d(lw, op, ins, out):
+    x, w = ins
+    _real_only(op, ins)
+    sh, sw = tuple(op.attrs.get("stride", (1, 1, 1, 1)))[-2:]
+    o, kh, kw, c = w.desc.shape
+    acc = "float32" if out.dtype in ("float16", "float32") else compute_dtype(out.dtype)
+    wp = lw.compute((kh, kw, c, o), lambda i, j, cc, oo: w.tensor(oo, i, j, cc), role="pack", suffix="_packW")
+    rh, rw, rc = te.reduce_axis((0, kh), name="rh"), te.reduce_axis((0, kw), name="rw"), te.reduce_axis((0, c), name="rc")
+    conv = lw.compute(out.shape, lambda n, h, ww, oo: te.sum(
+        x.tensor(n, h * sh + rh, ww * sw + rw, rc).astype(acc) * wp(rh, rw, rc, oo).astype(acc), axis=[rh, rw, rc]),
+        role="contract")
+    if acc == out.dtype:
+        return conv
+    return lw.compute(out.shape, lambda *i: conv(*i).astype(out.dtype), suffix="_cast")
+
+
+def complex_(lw, op, ins, out):
+    re, im = ins
+    return lw.compute(storage(out)[0], lambda *i: tirx.Select(i[-1] == 0, re.load(out, i[:-1]), im.load(out, i[:-1])))
+
+
+def complex_part(part: int):
+    def build(lw, op, ins, out):
+        z = ins[0]
+        return lw.compute(out.shape, lambda *i: z.load(out, i, part=part))
+    return build
+
+
+def custom(lw, op, ins, out):
+    raise UnsupportedOpError(f"Custom op (func_type={op.attrs.get('func_type')!r}, func_name="
+                             f"{op.attrs.get('func_name')!r}) has no TE lowering: akgpy does not compile "
+                             "user hybrid/ir_builder code", op=op.name, tensor=out.name)
+
+
+E = elementwise
+BUILDERS: dict[str, Callable] = {
+    "Neg": E(lambda x: -x), "Abs": E(tirx.abs), "Exp": E(te.exp), "Log": E(te.log), "Sqrt": E(te.sqrt),
+    "Rsqrt": E(lambda x: _one(x) / te.sqrt(x)), "Reciprocal": E(lambda x: _div(_one(x), x)), "Tanh": E(te.tanh),
+    "Add": E(lambda a, b: a + b), "TensorAdd": E(lambda a, b: a + b), "Sub": E(lambda a, b: a - b),
+    "Mul": E(lambda a, b: a * b), "RealDiv": E(_div), "Maximum": E(tirx.max), "Minimum": E(tirx.min),
+    "Pow": E(te.power),
+    "Greater": compare(lambda a, b: a > b), "GreaterEqual": compare(lambda a, b: a >= b),
+    "Less": compare(lambda a, b: a < b), "LessEqual": compare(lambda a, b: a <= b),
+    "Equal": compare(lambda a, b: a == b),
+    "Select": E(_select), "Cast": cast, "AddN": E(_addn),
+    "Complex": complex_, "CReal": complex_part(0), "CImag": complex_part(1),
+    "BroadcastTo": broadcast_to, "OneHot": one_hot,
+    "Reshape": reshape, "Transpose": transpose, "PadAkg": pad, "UnPadAkg": unpad,
+    "ReduceSum": _reduce("sum"), "ReduceMax": _reduce("max"),
+    "MatMul": matmul, "Conv2D": conv2d, "Custom": custom,
+    "InplaceAssign": None, "Assign": None,  # handled by the Lowerer: they rebind buffers
+}

@@ -1,0 +1,76 @@
+"""Index maps between a consumer's output coordinates and a producer's tensor coordinates.
+
+All maps are quasi-affine (add, mul by constant, floordiv/floormod by constant), which keeps
+them exact for the polyhedral model later.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from tvm import tirx
+
+from ..errors import ShapeError
+from ..graph.ir import NZ, Tensor
+from ..ops.registry import broadcast_shapes
+
+
+def _squeeze(shape):
+    return tuple(s for s in shape if s != 1)
+
+
+def reshape_index(src: Sequence[int], dst: Sequence[int], idx: Sequence) -> list:
+    """Index into a row-major `src` of the element at `idx` of its reshape `dst`."""
+    if _squeeze(src) == _squeeze(dst):  # only unit dims differ: map the non-unit dims in order
+        it = iter(i for i, s in zip(idx, dst) if s != 1)
+        return [0 if s == 1 else next(it) for s in src]
+    flat = 0
+    for i, s in zip(idx, dst):
+        flat = flat * s + i
+    out, stride = [], 1
+    strides = []
+    for s in reversed(src):
+        strides.append(stride)
+        stride *= s
+    for s, st in zip(src, reversed(strides)):
+        out.append(0 if s == 1 else tirx.floormod(tirx.floordiv(flat, st), s) if st > 1 else tirx.floormod(flat, s))
+    return out
+
+
+def broadcast_index(src: Sequence[int], dst: Sequence[int], idx: Sequence) -> list:
+    """numpy broadcasting, right aligned: unit dims of src read index 0."""
+    off = len(dst) - len(src)
+    out = []
+    for d, s in enumerate(src):
+        if d + off < 0:
+            out.append(0)  # extra leading unit dims of src
+        else:
+            out.append(0 if s == 1 else idx[d + off])
+    return out
+
+
+def nz_to_logical(t: Tensor, idx: Sequence) -> list:
+    *b, n1, m1, m0, n0 = idx
+    _, _, sm0, sn0 = t.shape[-4:]
+    return [*b, m1 * sm0 + m0, n1 * sn0 + n0]
+
+
+def logical_to_nz(t: Tensor, lidx: Sequence) -> list:
+    *b, m, n = lidx
+    _, _, sm0, sn0 = t.shape[-4:]
+    return [*b, tirx.floordiv(n, sn0), tirx.floordiv(m, sm0), tirx.floormod(m, sm0), tirx.floormod(n, sn0)]
+
+
+def operand_index(src: Tensor, dst: Tensor, idx: Sequence, *, logical: bool) -> list:
+    """Where element `idx` of the op's output `dst` reads operand `src`."""
+    if logical:
+        lidx = nz_to_logical(dst, idx) if dst.format == NZ else list(idx)
+        sl = broadcast_index(src.logical_shape, dst.logical_shape, lidx)
+        return logical_to_nz(src, sl) if src.format == NZ else sl
+    try:
+        if broadcast_shapes([src.shape, dst.shape]) == tuple(dst.shape):
+            return broadcast_index(src.shape, dst.shape, idx)
+    except ShapeError:
+        pass
+    if src.size == dst.size:
+        return reshape_index(src.shape, dst.shape, idx)
+    raise ShapeError(f"cannot read {list(src.shape)} at the points of {list(dst.shape)}", tensor=src.name)

@@ -1,0 +1,195 @@
+"""Graph (one fused subgraph) -> TE tensors -> one PrimFunc. Nothing is scheduled here.
+
+Conventions the later stages rely on:
+- every te.compute is named `<Op>_<index>` (or `<Op>_<index>_<part>`), and `Lowered.roles`
+  says what each block is: "elemwise" (injective, may be inlined), "reduce", "contract"
+  (MatMul/Conv2D main block), "pack" (operand re-layout for a contraction), "output"
+  (a copy into an output buffer);
+- float16 ops compute in float32 and round to float16 once per op, which is exactly the
+  per-op rounding the graph declares (float32 has enough bits that the double rounding
+  of + - * / sqrt is innocuous), and transcendental functions never run in half precision;
+- complex tensors are float pairs with a trailing dim of 2 (real, imag), numpy's layout;
+- the reads of an InplaceAssign/Assign target after the op see the assigned value.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import tvm
+from tvm import te, tirx
+
+from ..errors import CompileError, UnsupportedOpError
+from ..graph.ir import Graph, Op, Tensor
+from ..ops.registry import uses_logical_broadcast
+from .index import operand_index
+
+
+@dataclass(frozen=True)
+class Param:
+    """One PrimFunc parameter and the graph tensor it carries."""
+    kind: str  # "input" | "output" | "inplace"
+    tensor: str  # graph tensor name
+    shape: tuple[int, ...]  # storage shape (complex: trailing 2)
+    dtype: str  # storage dtype (complex: its float part)
+
+
+@dataclass
+class Lowered:
+    name: str
+    func: Any  # tvm PrimFunc
+    params: list[Param]
+    roles: dict[str, str] = field(default_factory=dict)
+
+
+def storage(t: Tensor) -> tuple[tuple[int, ...], str]:
+    from ..dtypes import COMPLEX_PART
+    if t.dtype in COMPLEX_PART:
+        return (*t.shape, 2), COMPLEX_PART[t.dtype]
+    return t.shape, t.dtype
+
+
+def compute_dtype(dtype: str) -> str:
+    return "float32" if dtype == "float16" else dtype
+
+
+class Operand:
+    """A graph tensor as TE sees it: a te.Tensor, or a compile-time scalar."""
+
+    def __init__(self, desc: Tensor, tensor=None):
+        self.desc, self.tensor = desc, tensor
+
+    @property
+    def is_complex(self) -> bool:
+        return self.desc.dtype.startswith("complex")
+
+    def load(self, dst: Tensor, idx, logical: bool = False, part: int | None = None):
+        if self.tensor is None:
+            _, dt = storage(self.desc)
+            v = self.desc.value
+            if self.is_complex:
+                v = v.real if part == 0 else (v.imag if isinstance(v, complex) else 0)
+            return tirx.const(v, dt)
+        src_idx = operand_index(self.desc, dst, idx, logical=logical)
+        if self.is_complex:
+            src_idx = [*src_idx, part]
+        return self.tensor(*src_idx)
+
+    def value(self, dst: Tensor, idx, logical: bool = False):
+        """The element as a compute-dtype expression (float16 widened to float32)."""
+        x = self.load(dst, idx, logical)
+        want = compute_dtype(self.desc.dtype)
+        return x.astype(want) if want != str(x.ty) else x
+
+
+class Lowerer:
+    def __init__(self, g: Graph):
+        self.g = g
+        self.env: dict[str, Operand] = {}
+        self.placeholders: dict[str, Any] = {}
+        self.roles: dict[str, str] = {}
+        self.index = 0
+
+    # -- helpers used by builders ------------------------------------------------------------
+    def operand(self, name: str) -> Operand:
+        if name in self.env:
+            return self.env[name]
+        t = self.g.tensors[name]
+        if t.is_const:
+            return Operand(t)
+        if name not in self.placeholders:
+            shape, dt = storage(t)
+            self.placeholders[name] = te.placeholder(shape, dt, name=_ident(name))
+        op = Operand(t, self.placeholders[name])
+        self.env[name] = op
+        return op
+
+    def compute(self, shape, fcompute: Callable, role: str = "elemwise", suffix: str = ""):
+        name = f"{self._opname}_{self.index}{suffix}"
+        self.roles[name] = role
+        return te.compute(tuple(shape), fcompute, name=name)
+
+    # -- driver ----------------------------------------------------------------------------------
+    def run(self) -> Lowered:
+        from .builders import BUILDERS
+        g = self.g
+        for i, op in enumerate(g.ops):
+            self.index, self._opname = i, op.name
+            out = g.tensors[op.outputs[0]]
+            if op.name in ("InplaceAssign", "Assign"):
+                self._assign(op, out)
+                continue
+            builder = BUILDERS.get(op.name)
+            if builder is None:
+                raise UnsupportedOpError("no TE lowering", op=op.label(i), tensor=out.name)
+            try:
+                result = builder(self, op, [self.operand(n) for n in op.inputs], out)
+            except (RuntimeError, TypeError, ValueError) as e:
+                raise CompileError(f"TE construction failed: {e}", op=op.label(i), tensor=out.name) from None
+            self.env[out.name] = Operand(out, result)
+        return self._finish()
+
+    def _assign(self, op: Op, out: Tensor) -> None:
+        target = self.g.tensors[op.inputs[0]]
+        value = self.operand(op.inputs[1])
+        if value.tensor is None or tuple(value.tensor.shape) != storage(target)[0]:
+            shape, _ = storage(target)
+            value_t = self.compute(shape, _copy_fn(value, target), suffix="_value")
+            value = Operand(target, value_t)
+        self.env[op.inputs[0]] = Operand(target, value.tensor)
+        passthrough = op.inputs[2] if op.name == "InplaceAssign" else op.inputs[1]
+        src = self.operand(passthrough)
+        self.env[out.name] = Operand(out, src.tensor) if src.tensor is not None else src
+
+    def _finish(self) -> Lowered:
+        g = self.g
+        taken: set = set()
+        out_tensors, params = [], []
+
+        def bind(kind: str, name: str, desc: Tensor, operand: Operand):
+            shape, dt = storage(desc)
+            t = operand.tensor
+            if t is None or t in taken or isinstance(t.op, te.PlaceholderOp) or tuple(t.shape) != shape:
+                self._opname, self.index = "Out", len(out_tensors)
+                t = self.compute(shape, _copy_fn(operand, desc), role="output", suffix=f"_{_ident(name)}")
+            taken.add(t)
+            out_tensors.append(t)
+            params.append(Param(kind, name, shape, dt))
+
+        for name in g.real_outputs:
+            bind("output", name, g.tensors[name], self.env[name])
+        for target in g.inplace_targets():
+            bind("inplace", target, g.tensors[target], self.env[target])
+        inputs = [(n, self.placeholders[n]) for n in g.inputs if n in self.placeholders]
+        in_params = [Param("input", n, *storage(g.tensors[n])) for n, _ in inputs]
+        try:
+            func = te.create_prim_func([p for _, p in inputs] + out_tensors)
+        except RuntimeError as e:
+            raise CompileError(f"create_prim_func failed for {g.name}: {e}") from None
+        func = func.with_attr("global_symbol", _ident(g.name))
+        return Lowered(_ident(g.name), func, in_params + params, dict(self.roles))
+
+
+def _copy_fn(src: Operand, desc: Tensor):
+    if src.is_complex:
+        return lambda *i: src.load(desc, i[:-1], part=i[-1]) if src.tensor is not None else \
+            tirx.Select(i[-1] == 0, src.load(desc, i[:-1], part=0), src.load(desc, i[:-1], part=1))
+    _, dt = storage(desc)
+    return lambda *i: _cast_to(src.load(desc, i), dt)
+
+
+def _cast_to(x, dtype: str):
+    return x.astype(dtype) if str(x.ty) != dtype else x
+
+
+def _ident(name: str) -> str:
+    s = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return s if s and not s[0].isdigit() else f"k_{s}"
+
+
+def lower(g: Graph) -> Lowered:
+    return Lowerer(g).run()
+
+
+def logical(ins: list[Operand], out: Tensor) -> bool:
+    return uses_logical_broadcast([o.desc for o in ins], out)

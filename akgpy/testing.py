@@ -1,0 +1,138 @@
+"""Helpers shared by the tests and the bench: valid random inputs, AKG's tolerance rule,
+and a checker that runs a compiled program against the numpy reference."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from . import dtypes, reference
+from .graph.ir import Graph
+
+# Ops whose fp16 result involves no rounding (AKG's precision_analyze exemption list).
+ROUNDING_FREE = frozenset({"Minimum", "Maximum", "Reshape", "ZerosLike", "Tile", "Select", "InplaceAssign",
+                           "Greater", "SelectGT", "SelectLT", "LessEqual", "Less", "EquivFormat", "ExpandDims",
+                           "Transpose", "TransData", "BroadcastTo", "Assign"})
+
+
+def atomic_targets(g: Graph) -> set[str]:
+    """Inputs that receive an atomic-add ReduceSum: MindSpore zeroes them before the kernel."""
+    producers = {o: op for op in g.ops for o in op.outputs}
+    out = set()
+    for op in g.ops:
+        if op.name == "InplaceAssign":
+            p = producers.get(op.inputs[1])
+            if p is not None and p.name == "ReduceSum" and p.attrs.get("enable_atomic_add", False):
+                out.add(op.inputs[0])
+    return out
+
+
+def random_inputs(g: Graph, seed: int = 0) -> list[np.ndarray]:
+    """Inputs in each op's valid domain: floats in [0.5, 1.5) (positive for Log/Sqrt/Rsqrt and
+    divisors), ints 0/1 (1/2 when the graph divides ints), random bools (both Select branches run),
+    complex with both parts in [0.5, 1.5), zeros for atomic-add targets."""
+    rng = np.random.default_rng(seed)
+    zero = atomic_targets(g)
+    # Integer inputs are masks and labels in real graphs (AKG's generator makes them 0/1);
+    # keep them 0/1 unless an integer division could then divide by zero.
+    int_lo = 1 if any(op.name in ("RealDiv", "Reciprocal") and g.tensors[op.outputs[0]].dtype in dtypes.INTS
+                      for op in g.ops) else 0
+    out = []
+    for name in g.inputs:
+        t = g.tensors[name]
+        dt = dtypes.to_numpy(t.dtype)
+        if name in zero:
+            a = np.zeros(t.shape, dt)
+        elif t.dtype == "bool":
+            a = rng.random(t.shape) < 0.5
+        elif t.dtype in dtypes.INTS:
+            a = rng.integers(int_lo, int_lo + 2, size=t.shape).astype(dt)
+        elif t.dtype in dtypes.COMPLEX:
+            a = (rng.uniform(0.5, 1.5, t.shape) + 1j * rng.uniform(0.5, 1.5, t.shape)).astype(dt)
+        else:
+            a = rng.uniform(0.5, 1.5, size=t.shape).astype(dt)
+        out.append(np.asarray(a, dtype=dt))
+    return out
+
+
+def _has_fp16_ancestor(g: Graph, name: str) -> bool:
+    producers = {o: op for op in g.ops for o in op.outputs}
+    inputs = set(g.inputs)
+    seen, stack = set(), [name]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        op = producers.get(n)
+        if g.tensors[n].dtype == "float16" and n not in inputs and op is not None and op.name not in ROUNDING_FREE:
+            return True
+        if op is None:
+            continue
+        if op.name == "InplaceAssign":
+            stack.append(op.inputs[1])
+            if not op.attrs.get("fake_output", False):
+                stack.append(op.inputs[2])
+        else:
+            stack.extend(op.inputs)
+    return False
+
+
+def tolerance(g: Graph, name: str, *, value_of: str | None = None) -> float:
+    """rtol = atol for one checked tensor (AKG's rule); 0 means exact."""
+    t = g.tensors[name]
+    if t.dtype == "float16":
+        return 1e-3
+    if t.dtype in ("float32", "float64", "complex64", "complex128"):
+        return 1e-3 if _has_fp16_ancestor(g, value_of or name) else 1e-4
+    return 0.0
+
+
+@dataclass
+class Mismatch:
+    tensor: str
+    tol: float
+    max_abs: float
+    bad: int
+    total: int
+    example: str
+
+
+def compare(g: Graph, got: Sequence[np.ndarray], inputs_after: Sequence[np.ndarray],
+            want: Sequence[np.ndarray], ref_inputs_after: Sequence[np.ndarray]) -> list[Mismatch]:
+    """Compare outputs and in-place targets; returns the mismatches (empty = pass)."""
+    checks = list(zip(g.real_outputs, got, want, [None] * len(want)))
+    targets = g.inplace_targets()
+    for tname, value in targets.items():
+        k = g.inputs.index(tname)
+        checks.append((tname, inputs_after[k], ref_inputs_after[k], value))
+    bad = []
+    for name, a, b, value_of in checks:
+        tol = tolerance(g, name, value_of=value_of)
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape:
+            bad.append(Mismatch(name, tol, float("inf"), a.size, b.size, f"shape {a.shape} vs {b.shape}"))
+            continue
+        if tol == 0.0:
+            ok = a == b
+        else:
+            ok = np.isclose(a, b, rtol=tol, atol=tol, equal_nan=False)
+        if not ok.all():
+            idx = np.unravel_index(np.argmin(ok), ok.shape) if ok.ndim else ()
+            with np.errstate(all="ignore"):
+                diff = np.abs(a.astype(np.complex128) - b.astype(np.complex128)) if a.dtype.kind == "c" else \
+                    np.abs(a.astype(np.float64) - b.astype(np.float64))
+            bad.append(Mismatch(name, tol, float(np.nanmax(diff)) if diff.size else 0.0, int((~ok).sum()), ok.size,
+                                f"at {tuple(int(i) for i in idx)}: got {a[idx]!r}, want {b[idx]!r}"))
+    return bad
+
+
+def check_program(g: Graph, prog, seed: int = 0) -> list[Mismatch]:
+    """Run `prog` and the reference on the same random inputs; return the mismatches."""
+    inputs = random_inputs(g, seed)
+    ref_inputs = [a.copy() for a in inputs]
+    kin = [a.copy() for a in inputs]
+    got = prog(*kin)
+    want = reference.run(g, ref_inputs)
+    return compare(g, got, kin, want, ref_inputs)

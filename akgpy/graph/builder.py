@@ -87,7 +87,7 @@ class GraphBuilder:
         return self._const(x, like.dtype)
 
     def op(self, name: str, inputs: Sequence[Value], shape: Sequence[int], dtype: str, fmt: str = "DefaultFormat",
-           **attrs) -> Value:
+           /, **attrs) -> Value:
         """Add any op of the table with an explicit output desc (the generic escape hatch)."""
         out = self._fresh(name.lower())
         self._tensors[out] = Tensor(out, tuple(int(s) for s in shape), dtype, fmt)

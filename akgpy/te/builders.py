@@ -44,6 +44,14 @@ def _to(x, dtype: str):
     return x.astype(dtype) if dt(x) != dtype else x
 
 
+def fence(x):
+    """Keep LLVM from contracting this product into an FMA with a following add: the graph
+    rounds every op, so must the kernel (llvm.arithmetic.fence costs no instruction)."""
+    if not dt(x).startswith("float"):
+        return x
+    return tirx.call_llvm_pure_intrin(dt(x), "llvm.arithmetic.fence", x)
+
+
 def _one(x):
     return tirx.const(1, dt(x))
 
@@ -77,8 +85,13 @@ def compare(fn):
     def build(lw, op, ins, out):
         _real_only(op, ins)
         lg = logical(ins, out)
-        return lw.compute(out.shape, lambda *i: _to(fn(*[o.value(out, i, lg) for o in ins]), out.dtype))
+        return lw.compute(out.shape, lambda *i: _to(_expr(fn(*[o.value(out, i, lg) for o in ins])), out.dtype))
     return build
+
+
+def _expr(x):
+    """`a == b` on TE values is a lazy EqualOp; make it a PrimExpr."""
+    return x.asobject() if hasattr(x, "asobject") else x
 
 
 def broadcast_to(lw, op, ins, out):
@@ -138,37 +151,86 @@ def one_hot(lw, op, ins, out):
     return lw.compute(out.shape, f)
 
 
+# Longest run a sum accumulates serially. Longer float sums are split into partial sums of at
+# most this many terms plus a sum of the partials: the rounding error then grows with
+# sqrt(BLOCK) + chunks rather than with the full length, and the partials run in parallel.
+SUM_BLOCK = 2048
+
+
+def _largest_divisor(n: int, limit: int) -> int:
+    for f in range(max(min(n, limit), 1), 0, -1):
+        if n % f == 0:
+            return f
+    return 1
+
+
+def _split_reduction(xs, axes):
+    """Choose (outer chunk axes, split axis, factor): the trailing axes plus an inner factor of
+    one more axis form a block of at most SUM_BLOCK terms; everything outside becomes chunks."""
+    block, inner = 1, []
+    for a in reversed(axes):
+        if block * xs[a] <= SUM_BLOCK:
+            block *= xs[a]
+            inner.append(a)
+            continue
+        f = _largest_divisor(xs[a], SUM_BLOCK // block)
+        return [b for b in axes if b < a], a, f
+    return [], None, 1
+
+
 def _reduce(kind: str):
     def build(lw, op, ins, out):
         _real_only(op, ins)
         x = ins[0]
         xs = x.desc.shape
-        axes = [a for a in reduce_axes(op, x.desc) if xs[a] != 1]
-        kept = [s for d, s in enumerate(xs) if d not in reduce_axes(op, x.desc)]
+        all_axes = reduce_axes(op, x.desc)
+        axes = [a for a in all_axes if xs[a] != 1]
+        kept = [s for d, s in enumerate(xs) if d not in all_axes]
         acc_dt = compute_dtype(x.desc.dtype) if kind == "sum" else x.desc.dtype
-        rvars = {a: te.reduce_axis((0, xs[a]), name=f"k{a}") for a in axes}
+        total = 1
+        for a in axes:
+            total *= xs[a]
+        outer, split_axis, factor = ([], None, 1)
+        if kind == "sum" and total > SUM_BLOCK and acc_dt.startswith("float"):
+            outer, split_axis, factor = _split_reduction(xs, axes)
+        # chunk dims: whole outer axes, then the outer part of the split axis
+        chunk_shape = [xs[a] for a in outer] + ([xs[split_axis] // factor] if split_axis is not None else [])
+        inner_axes = [a for a in axes if a not in outer]
+        rvars = {a: te.reduce_axis((0, factor if a == split_axis else xs[a]), name=f"k{a}") for a in inner_axes}
 
-        def src_index(i):
+        def src_index(i, chunk):
             kidx = reshape_index(kept, out.shape, i) if tuple(kept) != tuple(out.shape) else list(i)
-            it = iter(kidx)
+            it, ch = iter(kidx), dict(zip(outer, chunk))
             full = []
             for d in range(len(xs)):
-                if d in rvars:
+                if d in ch:
+                    full.append(ch[d])
+                elif d == split_axis:
+                    full.append(chunk[-1] * factor + rvars[d])
+                elif d in rvars:
                     full.append(rvars[d])
-                elif d in reduce_axes(op, x.desc):
+                elif d in all_axes:
                     full.append(0)
                 else:
                     full.append(next(it))
             return tuple(full)
 
-        def f(*i):
-            v = x.tensor(*src_index(i))
+        def body(i, chunk):
+            v = x.tensor(*src_index(i, chunk))
             v = v.astype(acc_dt) if dt(v) != acc_dt else v
             if not rvars:
                 return v
             rv = list(rvars.values())
             return te.sum(v, axis=rv) if kind == "sum" else te.max(v, axis=rv)
-        red = lw.compute(out.shape, f, role="reduce" if rvars else "elemwise")
+
+        nd = len(out.shape)
+        if chunk_shape:
+            part = lw.compute((*out.shape, *chunk_shape), lambda *i: body(i[:nd], i[nd:]), role="reduce",
+                              suffix="_partial")
+            cvars = [te.reduce_axis((0, c), name=f"c{j}") for j, c in enumerate(chunk_shape)]
+            red = lw.compute(out.shape, lambda *i: te.sum(part(*i, *cvars), axis=cvars), role="reduce")
+        else:
+            red = lw.compute(out.shape, lambda *i: body(i, ()), role="reduce" if rvars else "elemwise")
         if acc_dt != out.dtype:
             return lw.compute(out.shape, lambda *i: red(*i).astype(out.dtype), suffix="_cast")
         return red
@@ -257,7 +319,7 @@ BUILDERS: dict[str, Callable] = {
     "Neg": E(lambda x: -x), "Abs": E(tirx.abs), "Exp": E(te.exp), "Log": E(te.log), "Sqrt": E(te.sqrt),
     "Rsqrt": E(lambda x: _one(x) / te.sqrt(x)), "Reciprocal": E(lambda x: _div(_one(x), x)), "Tanh": E(te.tanh),
     "Add": E(lambda a, b: a + b), "TensorAdd": E(lambda a, b: a + b), "Sub": E(lambda a, b: a - b),
-    "Mul": E(lambda a, b: a * b), "RealDiv": E(_div), "Maximum": E(tirx.max), "Minimum": E(tirx.min),
+    "Mul": E(lambda a, b: fence(a * b)), "RealDiv": E(_div), "Maximum": E(tirx.max), "Minimum": E(tirx.min),
     "Pow": E(te.power),
     "Greater": compare(lambda a, b: a > b), "GreaterEqual": compare(lambda a, b: a >= b),
     "Less": compare(lambda a, b: a < b), "LessEqual": compare(lambda a, b: a <= b),

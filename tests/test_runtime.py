@@ -1,0 +1,166 @@
+"""The calling convention of a compiled Program: argument order, in-place writes, copies for
+misaligned or strided arrays, DLPack inputs, complex64, dumps."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import akgpy
+from akgpy import GraphBuilder
+from akgpy.errors import ArgumentError
+from akgpy.runtime.program import ALIGN, aligned_empty
+
+
+def misaligned(a: np.ndarray, offset_bytes: int = 4) -> np.ndarray:
+    raw = np.zeros(a.nbytes + 2 * ALIGN, np.uint8)
+    start = (-raw.ctypes.data) % ALIGN + offset_bytes
+    out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    assert out.ctypes.data % ALIGN != 0
+    return out
+
+
+def _axpy(n=1000):
+    b = GraphBuilder("axpy")
+    x = b.input("x", (n,), "float32")
+    y = b.input("y", (n,), "float32")
+    b.output(x * 2.0 + y)
+    return b.build()
+
+
+def test_misaligned_and_strided_inputs_are_copied_not_crashed():
+    g = _axpy()
+    prog = akgpy.fuse(g)
+    x = np.arange(1000, dtype=np.float32)
+    y = np.ones(1000, np.float32)
+    want = x * 2 + y
+    (out,) = prog(misaligned(x), misaligned(y, 8))
+    np.testing.assert_array_equal(out, want)
+    strided = np.zeros(2000, np.float32)
+    strided[::2] = x
+    (out,) = prog(strided[::2], y)
+    np.testing.assert_array_equal(out, want)
+    ro = x.copy()
+    ro.flags.writeable = False
+    (out,) = prog(ro, y)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_dlpack_input():
+    g = _axpy(64)
+    prog = akgpy.fuse(g)
+    x = aligned_empty((64,), "float32")
+    x[...] = np.arange(64)
+
+    class OnlyDLPack:  # a foreign tensor: akgpy sees nothing but the DLPack protocol
+        def __init__(self, a): self.a = a
+        def __dlpack__(self, **kw): return self.a.__dlpack__(**kw)
+        def __dlpack_device__(self): return self.a.__dlpack_device__()
+
+    (out,) = prog(OnlyDLPack(x), np.zeros(64, np.float32))
+    np.testing.assert_array_equal(out, np.arange(64, dtype=np.float32) * 2)
+
+
+def test_wrong_arguments_raise_akgpy_errors():
+    prog = akgpy.fuse(_axpy(16))
+    x = np.zeros(16, np.float32)
+    with pytest.raises(ArgumentError, match="takes 2 inputs"):
+        prog(x)
+    with pytest.raises(ArgumentError, match="dtype") as e:
+        prog(x.astype(np.float16), x)
+    assert e.value.tensor == "x"
+    with pytest.raises(ArgumentError, match="shape") as e:
+        prog(x, np.zeros(17, np.float32))
+    assert e.value.tensor == "y"
+    with pytest.raises(ArgumentError):
+        prog(x, object())
+
+
+def test_inplace_target_read_at_another_index():
+    """t <- transpose(t) + 1, reading t at another index than the one written: a kernel that
+    got t's buffer as both input and output would read already-overwritten values."""
+    n = 16
+    b = GraphBuilder("transpose_inplace")
+    t = b.input("t", (n, n), "float32")
+    tripled = t * 3.0
+    val = t.transpose(1, 0) + 1.0
+    d = b.inplace_assign(t, val, tripled, fake_output=False)
+    b.output(d, t * 2.0)  # the second output reads t after the write: sees the new value
+    g = b.build()
+    prog = akgpy.fuse(g)
+    data = np.arange(n * n, dtype=np.float32).reshape(n, n)
+    arr = aligned_empty((n, n), "float32")
+    arr[...] = data
+    out_d, out_2 = prog(arr)
+    new = data.T + 1
+    np.testing.assert_array_equal(arr, new)
+    np.testing.assert_array_equal(out_d, data * 3)
+    np.testing.assert_array_equal(out_2, new * 2)
+    ref_in = [data.copy()]
+    ref_d, ref_2 = akgpy.reference.run(g, ref_in)
+    np.testing.assert_array_equal(ref_in[0], new)
+    np.testing.assert_array_equal(ref_d, data * 3)
+    np.testing.assert_array_equal(ref_2, new * 2)
+
+
+def test_inplace_into_misaligned_and_fake_output():
+    n = 100
+    b = GraphBuilder("acc")
+    acc = b.input("acc", (1,), "float32")
+    x = b.input("x", (n,), "float32")
+    s = b.reduce_sum(x * x, axis=0, keepdims=True)
+    fake = b.inplace_assign(acc, s, s, fake_output=True)
+    b.output(fake, x + 1.0)
+    g = b.build()
+    prog = akgpy.fuse(g)
+    xv = np.linspace(0, 1, n, dtype=np.float32)
+    target = misaligned(np.zeros(1, np.float32))
+    outs = prog(target, xv)
+    assert len(outs) == 1, "fake outputs are not returned"
+    np.testing.assert_allclose(outs[0], xv + 1, rtol=1e-6)
+    np.testing.assert_allclose(target, [np.sum(xv.astype(np.float64) ** 2)], rtol=1e-5)
+
+
+def test_complex64_in_and_out():
+    b = GraphBuilder("cplx")
+    re = b.input("re", (8, 4), "float32")
+    im = b.input("im", (8, 4), "float32")
+    z = b.op("Complex", [re, im], (8, 4), "complex64")
+    b.output(z)
+    zr = b.op("CReal", [z], (8, 4), "float32")
+    b.output(zr * 2.0)
+    g = b.build()
+    prog = akgpy.fuse(g)
+    r = np.random.default_rng(0).random((8, 4), dtype=np.float32)
+    i = np.random.default_rng(1).random((8, 4), dtype=np.float32)
+    zo, twice = prog(r, i)
+    assert zo.dtype == np.complex64 and zo.shape == (8, 4)
+    np.testing.assert_array_equal(zo, r + 1j * i)
+    np.testing.assert_array_equal(twice, r * 2)
+
+    b = GraphBuilder("cplx_in")
+    z = b.input("z", (5,), "complex64")
+    b.output(b.op("CImag", [z], (5,), "float32"))
+    zin = (np.arange(5) + 1j * np.arange(5, 10)).astype(np.complex64)
+    (im_out,) = akgpy.fuse(b.build())(zin)
+    np.testing.assert_array_equal(im_out, np.arange(5, 10, dtype=np.float32))
+    (im_out,) = akgpy.fuse(b.build())(misaligned(zin, 8))
+    np.testing.assert_array_equal(im_out, np.arange(5, 10, dtype=np.float32))
+
+
+def test_program_exposes_kernels_and_source():
+    prog = akgpy.fuse(_axpy(32))
+    assert len(prog.kernels) == 1
+    k = prog.kernels[0]
+    assert k.name == "axpy"
+    assert "define" in k.source  # LLVM IR
+    assert "T.parallel" in k.tir or "T.vectorized" in k.tir
+    assert "axpy" in prog.source()
+
+
+def test_dump_switch(tmp_path, monkeypatch):
+    monkeypatch.setenv("AKGPY_DUMP", str(tmp_path))
+    akgpy.fuse(_axpy(32))
+    files = sorted(p.name for p in (tmp_path / "axpy").iterdir())
+    assert files == ["0_graph.txt", "1_te.py", "2_scheduled.py", "3_source.ll"]
+    assert "define" in (tmp_path / "axpy" / "3_source.ll").read_text()

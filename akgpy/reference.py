@@ -140,7 +140,7 @@ REFERENCE: dict[str, Callable[[Op, list, list[Tensor], Tensor], Any]] = {
     "LessEqual": E(np.less_equal), "Equal": E(np.equal),
     "Select": E(lambda c, x, y: np.where(c != 0, x, y)),
     "Cast": _cast,
-    "AddN": E(lambda *xs: sum(xs[1:], xs[0])),
+    "AddN": None,  # evaluate(): a left fold rounding every partial sum (topi elemwise_sum, AKG's generator)
     "Complex": E(lambda re, im: re + 1j * im), "CReal": E(np.real), "CImag": E(np.imag),
     "BroadcastTo": lambda op, args, ins, out: np.broadcast_to(args[0], out.shape),
     "OneHot": _one_hot,
@@ -169,6 +169,9 @@ def _const(t: Tensor) -> np.ndarray:
 
 def bind_inputs(g: Graph, inputs: Sequence[Any] | Mapping[str, Any]) -> dict[str, np.ndarray]:
     if isinstance(inputs, Mapping):
+        missing = [n for n in g.inputs if n not in inputs]
+        if missing:
+            raise ArgumentError(f"no value given for input(s) {missing}", tensor=missing[0])
         inputs = [inputs[n] for n in g.inputs]
     if len(inputs) != len(g.inputs):
         raise ArgumentError(f"graph {g.name} takes {len(g.inputs)} inputs, got {len(inputs)}")
@@ -198,6 +201,12 @@ def evaluate(g: Graph, inputs: Sequence[Any] | Mapping[str, Any]) -> dict[str, n
             env[op.inputs[0]] = _round(args[1], ins[0])
             env[out.name] = _round(args[1], out)
             continue
+        if op.name == "AddN":
+            acc = args[0]
+            for a in args[1:]:
+                acc = _round(np.add(_wide(acc), _wide(a)), out)
+            env[out.name] = _round(acc, out)
+            continue
         fn = REFERENCE.get(op.name)
         if fn is None:
             raise UnsupportedOpError("no numpy reference", op=op.label(i))
@@ -209,8 +218,8 @@ def evaluate(g: Graph, inputs: Sequence[Any] | Mapping[str, Any]) -> dict[str, n
 def run(g: Graph, inputs: Sequence[Any] | Mapping[str, Any]) -> tuple[np.ndarray, ...]:
     """Mirror of a compiled program's call: returns the real outputs in order and writes
     in-place (InplaceAssign/Assign) results into the given input arrays."""
+    env = evaluate(g, inputs)  # validates the inputs first
     arrays = [inputs[n] for n in g.inputs] if isinstance(inputs, Mapping) else list(inputs)
-    env = evaluate(g, inputs)
     for target in g.inplace_targets():
         k = g.inputs.index(target)
         np.copyto(arrays[k], env[target])

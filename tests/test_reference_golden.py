@@ -667,6 +667,28 @@ def test_matmul_fractal_nz():
     golden(out, expected, "float32")
 
 
+@covers("Sub")
+def test_elementwise_mixing_fractal_nz_and_default_broadcasts_logically():
+    """x: FRACTAL_NZ, logical [32, 32] stored [2, 2, 16, 16]; y: DefaultFormat [32, 1] with y[m] = m.
+    Sub broadcasts y along the logical N axis: out[m, n] = x[m, n] - m, stored NZ, so the element
+    (m, n) = (16 i + r, 16 j + c) sits at [j, i, r, c]. With x = 100 everywhere:
+    out_nz[j, i, r, c] = 100 - (16 i + r), the same for every j and c."""
+    nz = "FRACTAL_NZ"
+    b = GraphBuilder("nz_sub", process="aicore")
+    x = b.input("x", (2, 2, 16, 16), "float32", nz)
+    y = b.input("y", (32, 1), "float32")
+    b.output(b.op("Sub", [x, y], (2, 2, 16, 16), "float32", nz))
+    (out,) = run(b.build(), [np.full((2, 2, 16, 16), 100.0, np.float32),
+                             np.arange(32, dtype=np.float32).reshape(32, 1)])
+    rows_block0 = [100.0 - r for r in range(16)]  # i = 0: m = r
+    rows_block1 = [84.0 - r for r in range(16)]  # i = 1: m = 16 + r
+    expected = np.zeros((2, 2, 16, 16))
+    for j in range(2):
+        expected[j, 0] = np.array(rows_block0)[:, None]
+        expected[j, 1] = np.array(rows_block1)[:, None]
+    golden(out, expected, "float32")
+
+
 # -- Conv2D --------------------------------------------------------------------------------------
 
 X44 = [[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0], [9.0, 10.0, 11.0, 12.0], [13.0, 14.0, 15.0, 16.0]]

@@ -28,7 +28,7 @@ def _read(src: Any) -> tuple[dict, str]:
         path = Path(src)
         try:
             text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
+        except (OSError, UnicodeDecodeError, ValueError) as e:  # ValueError: NUL byte in the path
             raise FormatError(f"cannot read composite file {str(path)!r}: {e}") from None
         origin = str(path)
     elif isinstance(src, str):
@@ -39,6 +39,8 @@ def _read(src: Any) -> tuple[dict, str]:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise FormatError(f"malformed JSON in {origin}: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise FormatError(f"malformed JSON in {origin}: nested too deeply") from None
     if not isinstance(data, dict):
         raise FormatError(f"{origin}: top level must be a JSON object, got {type(data).__name__}")
     return data, origin
@@ -143,6 +145,8 @@ def load_composite(src: Any) -> Graph:
         t = _desc(entry[0], op=None, where=f"input_desc[{k}]")
         if t.is_const:
             raise FormatError(f"input_desc[{k}] is a constant; constants belong to op inputs", tensor=t.name)
+        if t.name in inputs:
+            raise FormatError(f"input_desc[{k}] lists {t.name!r} a second time", tensor=t.name)
         define(t, op=None)
         inputs.append(t.name)
 

@@ -126,7 +126,13 @@ class Graph:
             dtypes.check(t.dtype, tensor=t.name)
             if any((not isinstance(s, int)) or s < 0 for s in t.shape):
                 raise ShapeError(f"shape {list(t.shape)} must be non-negative ints", tensor=t.name)
+            if t.size >= 2 ** 40:  # far beyond any host memory; also keeps index math in int64
+                raise ShapeError(f"shape {list(t.shape)} has {t.size} elements, more than akgpy supports (2**40)",
+                                 tensor=t.name)
         defined = set()
+        if len(set(self.inputs)) != len(self.inputs):
+            dup = next(n for n in self.inputs if self.inputs.count(n) > 1)
+            raise ShapeError("graph input listed twice", tensor=dup)
         for name in self.inputs:
             if name not in self.tensors:
                 raise ShapeError("input is not described", tensor=name)
@@ -146,6 +152,9 @@ class Graph:
                 if t not in self.tensors:
                     raise ShapeError("output is not described", op=op.label(i), tensor=t)
             opdef.check(op, [self.tensors[t] for t in op.inputs], [self.tensors[t] for t in op.outputs], i)
+            if op.name in ("InplaceAssign", "Assign") and op.inputs[0] not in self.inputs:
+                raise ShapeError("an in-place write must target a graph input buffer", op=op.label(i),
+                                 tensor=op.inputs[0])
             defined.update(op.outputs)
         for name in self.outputs:
             if name not in defined:

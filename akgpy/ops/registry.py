@@ -54,6 +54,9 @@ class OpDef:
             if e.op is None:  # name the op instance so the user can find it
                 raise type(e)(e.message, op=label, tensor=e.tensor or outs[0].name) from None
             raise
+        except (TypeError, ValueError, KeyError, IndexError) as e:  # an attr of the wrong type or length
+            raise AttrError(f"invalid attributes {dict(op.attrs)}: {type(e).__name__}: {e}", op=label,
+                            tensor=outs[0].name) from None
 
 
 # -- helpers -----------------------------------------------------------------------------
@@ -275,6 +278,8 @@ def conv2d(op, ins, outs):
         raise ShapeError(f"Conv2D needs NHWC data and OHWI weight, got {list(x.shape)} and {list(w.shape)}",
                          tensor=w.name)
     stride = _int_list(op, "stride", [1, 1, 1, 1])
+    if len(stride) < 2:
+        raise AttrError(f"stride {list(stride)} needs at least 2 entries (its last two are H and W)")
     sh, sw = stride[-2:]
     if any(p != 0 for p in _int_list(op, "pad_list", [0, 0, 0, 0])):
         raise AttrError("Conv2D with a nonzero pad_list is not supported; pad with PadAkg first")

@@ -65,6 +65,7 @@ class Program:
     def __init__(self, graph: Graph, kernels: list[Kernel], target: str):
         self.graph, self.kernels, self.target = graph, kernels, target
         self._in_index = {n: i for i, n in enumerate(graph.inputs)}
+        self._written = set(graph.inplace_targets())
 
     def source(self) -> str:
         return "\n\n".join(f"// kernel {k.name}\n{k.source}" for k in self.kernels)
@@ -85,6 +86,9 @@ class Program:
                 raise ArgumentError(f"dtype {a.dtype} does not match the graph's {t.dtype}", tensor=name)
             if a.shape != t.shape:
                 raise ArgumentError(f"shape {list(a.shape)} does not match the graph's {list(t.shape)}", tensor=name)
+            if name in self._written and not a.flags.writeable:
+                raise ArgumentError("array is read-only but receives an in-place (InplaceAssign/Assign) result",
+                                    tensor=name)
             out.append(a)
         return out
 

@@ -68,11 +68,17 @@ def _select(c, x, y):
     return tirx.Select(c, x, y)
 
 
-def _addn(*xs):
-    acc = xs[0]
-    for x in xs[1:]:
-        acc = acc + x
-    return acc
+def addn(lw, op, ins, out):
+    """Left fold in the output dtype: every partial sum is rounded, as topi's elemwise_sum does."""
+    _real_only(op, ins)
+    lg = logical(ins, out)
+
+    def f(*i):
+        acc = _to(ins[0].value(out, i, lg), out.dtype)
+        for o in ins[1:]:
+            acc = _to(acc.astype(compute_dtype(out.dtype)) + o.value(out, i, lg), out.dtype)
+        return acc
+    return lw.compute(out.shape, f)
 
 
 def cast(lw, op, ins, out):
@@ -324,7 +330,7 @@ BUILDERS: dict[str, Callable] = {
     "Greater": compare(lambda a, b: a > b), "GreaterEqual": compare(lambda a, b: a >= b),
     "Less": compare(lambda a, b: a < b), "LessEqual": compare(lambda a, b: a <= b),
     "Equal": compare(lambda a, b: a == b),
-    "Select": E(_select), "Cast": cast, "AddN": E(_addn),
+    "Select": E(_select), "Cast": cast, "AddN": addn,
     "Complex": complex_, "CReal": complex_part(0), "CImag": complex_part(1),
     "BroadcastTo": broadcast_to, "OneHot": one_hot,
     "Reshape": reshape, "Transpose": transpose, "PadAkg": pad, "UnPadAkg": unpad,

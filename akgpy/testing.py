@@ -28,14 +28,56 @@ def atomic_targets(g: Graph) -> set[str]:
     return out
 
 
+# Ops through which a required sign passes to every operand unchanged (sum/product of
+# same-signed values keeps the sign; layout ops only move values).
+_SIGN_KEEPING = frozenset({"Cast", "Reshape", "Transpose", "BroadcastTo", "PadAkg", "UnPadAkg", "Add", "TensorAdd",
+                           "AddN", "Maximum", "Minimum", "ReduceSum", "ReduceMax", "Mul", "MatMul", "Conv2D"})
+
+
+def required_signs(g: Graph) -> dict[str, int]:
+    """+1/-1 for tensors whose sign a later op needs (Log/Sqrt/Rsqrt/Reciprocal arguments,
+    RealDiv divisors, Pow bases), propagated back to the graph inputs; first need wins."""
+    need: dict[str, int] = {}
+
+    def want(name: str, sign: int) -> None:
+        if not g.tensors[name].is_const:
+            need.setdefault(name, sign)
+
+    for op in reversed(g.ops):
+        if op.name in ("Log", "Sqrt", "Rsqrt", "Reciprocal", "Pow"):
+            want(op.inputs[0], 1)
+        elif op.name == "RealDiv":
+            want(op.inputs[1], 1)
+        sign = need.get(op.outputs[0])
+        if sign is None:
+            continue
+        if op.name in _SIGN_KEEPING:
+            for x in op.inputs:
+                want(x, sign)
+        elif op.name == "Sub":
+            want(op.inputs[0], sign)
+            want(op.inputs[1], -sign)
+        elif op.name == "Neg":
+            want(op.inputs[0], -sign)
+        elif op.name == "RealDiv":
+            want(op.inputs[0], sign)
+        elif op.name == "Select":
+            want(op.inputs[1], sign)
+            want(op.inputs[2], sign)
+        elif op.name in ("InplaceAssign", "Assign"):
+            want(op.inputs[1], sign)
+    return need
+
+
 def random_inputs(g: Graph, seed: int = 0) -> list[np.ndarray]:
-    """Inputs in each op's valid domain: floats in [0.5, 1.5) (positive for Log/Sqrt/Rsqrt and
-    divisors), ints 0/1 (1/2 when the graph divides ints), random bools (both Select branches run),
-    complex with both parts in [0.5, 1.5), zeros for atomic-add targets."""
+    """Inputs in each op's valid domain, as a real network's would be: floats zero-centred in
+    [-1, 1), but in [0.5, 1.5) (or [-1.5, -0.5)) where a later Log/Sqrt/Rsqrt/Reciprocal,
+    divisor or Pow base needs a sign (`required_signs`); ints 0/1 (masks and labels; 1/2 when
+    the graph divides ints); random bools (both Select branches run); zeros for atomic-add
+    targets; complex with both parts in [0.5, 1.5)."""
     rng = np.random.default_rng(seed)
     zero = atomic_targets(g)
-    # Integer inputs are masks and labels in real graphs (AKG's generator makes them 0/1);
-    # keep them 0/1 unless an integer division could then divide by zero.
+    signs = required_signs(g)
     int_lo = 1 if any(op.name in ("RealDiv", "Reciprocal") and g.tensors[op.outputs[0]].dtype in dtypes.INTS
                       for op in g.ops) else 0
     out = []
@@ -50,8 +92,10 @@ def random_inputs(g: Graph, seed: int = 0) -> list[np.ndarray]:
             a = rng.integers(int_lo, int_lo + 2, size=t.shape).astype(dt)
         elif t.dtype in dtypes.COMPLEX:
             a = (rng.uniform(0.5, 1.5, t.shape) + 1j * rng.uniform(0.5, 1.5, t.shape)).astype(dt)
+        elif name in signs:
+            a = signs[name] * rng.uniform(0.5, 1.5, size=t.shape).astype(dt)
         else:
-            a = rng.uniform(0.5, 1.5, size=t.shape).astype(dt)
+            a = rng.uniform(-1.0, 1.0, size=t.shape).astype(dt)
         out.append(np.asarray(a, dtype=dt))
     return out
 

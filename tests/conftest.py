@@ -16,3 +16,18 @@ def pytest_configure(config):
 def corpus_dir() -> Path:
     assert CORPUS.is_dir(), f"corpus not found at {CORPUS}"
     return CORPUS
+
+
+_corpus = {"passed": 0, "failed": 0}
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and "test_corpus_graph[" in report.nodeid:
+        _corpus["passed" if report.passed else "failed"] += 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    n = _corpus["passed"] + _corpus["failed"]
+    if n:
+        terminalreporter.write_line(f"corpus: {n} graphs checked against the reference, {_corpus['passed']} passed, "
+                                    f"{_corpus['failed']} failed")

@@ -11,7 +11,6 @@ kernel writes it. Outputs are allocated aligned here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -49,13 +48,30 @@ def as_numpy(x: Any, name: str) -> np.ndarray:
     raise ArgumentError(f"expected a numpy array or a DLPack tensor, got {type(x).__name__}", tensor=name)
 
 
-@dataclass
 class Kernel:
-    name: str
-    source: str  # generated code: LLVM IR for CPU
-    tir: str  # the scheduled TVMScript
-    params: list[Param]
-    func: Any = field(repr=False)
+    """One compiled kernel: its name, parameters, scheduled TIR and generated code."""
+
+    def __init__(self, name: str, params: list[Param], executable, scheduled_mod):
+        self.name, self.params = name, params
+        self._executable, self._mod = executable, scheduled_mod
+        self._source: str | None = None
+        self.func = executable[self.entry]  # first lookup JIT-compiles the machine code
+
+    @property
+    def entry(self) -> str:
+        return [gv.name_hint for gv, _ in self._mod.functions_items()][0]
+
+    @property
+    def tir(self) -> str:
+        """The scheduled loop nest as TVMScript."""
+        return self._mod.script()
+
+    @property
+    def source(self) -> str:
+        """Generated code (LLVM IR for the CPU); rendering it costs a compile, so it is lazy."""
+        if self._source is None:
+            self._source = self._executable.mod.inspect_source("ll")
+        return self._source
 
     def __repr__(self) -> str:
         return f"Kernel({self.name!r}, {len(self.params)} params)"

@@ -157,9 +157,13 @@ def one_hot(lw, op, ins, out):
     return lw.compute(out.shape, f)
 
 
-# Longest run a sum accumulates serially. Longer float sums are split into partial sums of at
-# most this many terms plus a sum of the partials: the rounding error then grows with
-# sqrt(BLOCK) + chunks rather than with the full length, and the partials run in parallel.
+# Float sums accumulate in float64 and round once to the output dtype, so a ReduceSum is
+# correctly rounded whatever order the schedule adds in (the reference's answer, bit for bit
+# but for ties); memory-bound reductions do not notice the wider adds. MatMul/Conv2D keep
+# float32 accumulators: they are compute-bound, and their order is part of the algorithm.
+SUM_ACC = "float64"
+# Longest run a sum accumulates serially; longer sums become partial sums of at most this
+# many terms plus a sum of the partials, so that the partials can run in parallel.
 SUM_BLOCK = 2048
 
 
@@ -192,7 +196,9 @@ def _reduce(kind: str):
         all_axes = reduce_axes(op, x.desc)
         axes = [a for a in all_axes if xs[a] != 1]
         kept = [s for d, s in enumerate(xs) if d not in all_axes]
-        acc_dt = compute_dtype(x.desc.dtype) if kind == "sum" else x.desc.dtype
+        acc_dt = x.desc.dtype
+        if kind == "sum":
+            acc_dt = SUM_ACC if x.desc.dtype.startswith("float") else compute_dtype(x.desc.dtype)
         total = 1
         for a in axes:
             total *= xs[a]

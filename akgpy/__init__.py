@@ -1,4 +1,4 @@
-"""akgpy: a graph-kernel fusion compiler (composite JSON -> TVM TE -> LLVM/CUDA kernels)."""
+"""akgpy: a graph-kernel fusion compiler (composite JSON / GraphBuilder -> TVM TE -> LLVM CPU kernels)."""
 from . import config
 
 config.init_threads()  # before anything starts the TVM runtime

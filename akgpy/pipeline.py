@@ -35,12 +35,12 @@ def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "plain"):
     from .runtime.program import Kernel, Program
     from .schedule.plain import plain_schedule
     from .targets import llvm
-    from .te.lower import lower
+    from .te.lower import ident, lower
 
     if schedule != "plain":
         raise CompileError(f"unknown schedule {schedule!r}; available: 'plain'")
     g = graph if isinstance(graph, Graph) else load_composite(graph)
-    dump(g.name, "0_graph.txt", g.describe)
+    dump(ident(g.name), "0_graph.txt", g.describe)
 
     low = lower(g)
     dump(low.name, "1_te.py", low.func.script)

@@ -31,7 +31,7 @@ def atomic_targets(g: Graph) -> set[str]:
 # Ops through which a required sign passes to every operand unchanged (sum/product of
 # same-signed values keeps the sign; layout ops only move values).
 _SIGN_KEEPING = frozenset({"Cast", "Reshape", "Transpose", "BroadcastTo", "PadAkg", "UnPadAkg", "Add", "TensorAdd",
-                           "AddN", "Maximum", "Minimum", "ReduceSum", "ReduceMax", "Mul", "MatMul", "Conv2D"})
+                           "AddN", "Maximum", "Minimum", "ReduceSum", "ReduceMax"})
 
 
 def required_signs(g: Graph) -> dict[str, int]:
@@ -51,7 +51,11 @@ def required_signs(g: Graph) -> dict[str, int]:
         sign = need.get(op.outputs[0])
         if sign is None:
             continue
-        if op.name in _SIGN_KEEPING:
+        if op.name in ("Mul", "MatMul", "Conv2D"):  # a product: the first factor carries the sign
+            want(op.inputs[0], sign)
+            for x in op.inputs[1:]:
+                want(x, 1)
+        elif op.name in _SIGN_KEEPING:
             for x in op.inputs:
                 want(x, sign)
         elif op.name == "Sub":

@@ -20,6 +20,22 @@ from ..ops.registry import canonical_name, lookup, reduce_axes
 from .ir import NZ, Graph
 
 
+# Attrs whose absence means this value: written-out defaults must not split cache entries.
+DEFAULTS = {"transpose_a": False, "transpose_b": False, "fake_output": False, "pad_val": 0, "axis": -1,
+            "stride": [1, 1, 1, 1], "pad_list": [0, 0, 0, 0], "dilation": [1, 1, 1, 1], "groups": 1}
+# Attrs that only restate the output dtype, which is hashed anyway.
+REDUNDANT = frozenset({"dst_type"})
+
+
+def _const_value(t) -> str:
+    """Constants compare by value in their dtype: 2 and 2.0 in a float32 tensor are one constant."""
+    if t.dtype == "bool":
+        return repr(bool(t.value))
+    if t.dtype.startswith(("int", "uint")):
+        return repr(int(t.value))
+    return repr(complex(t.value)) if t.dtype.startswith("complex") else repr(float(t.value))
+
+
 def canonical_form(g: Graph) -> list:
     ref: dict[str, str] = {f: f"in{i}" for i, f in enumerate(g.inputs)}
     T = g.tensors
@@ -31,7 +47,7 @@ def canonical_form(g: Graph) -> list:
     def operand(name: str):
         t = T[name]
         if t.is_const:
-            return ["const", repr(t.value), t.dtype, list(t.shape)]
+            return ["const", _const_value(t), t.dtype, list(t.shape)]
         return ref[name]
 
     form: list = [["inputs", [tdesc(n) for n in g.inputs]]]
@@ -39,9 +55,11 @@ def canonical_form(g: Graph) -> list:
         row = lookup(op.name)
         attrs = {}
         for key in row.semantic_attrs:
-            if key in op.attrs:
+            if key in op.attrs and key not in REDUNDANT:
                 v = op.attrs[key]
-                attrs[key] = list(v) if isinstance(v, tuple) else v
+                v = list(v) if isinstance(v, tuple) else v
+                if key not in DEFAULTS or v != DEFAULTS[key]:
+                    attrs[key] = v
         if row.category.name == "REDUCE":
             attrs["axis"] = list(reduce_axes(op, T[op.inputs[0]]))
             attrs["keep_dims"] = bool(op.attrs.get("keep_dims", False))

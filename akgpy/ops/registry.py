@@ -1,7 +1,7 @@
 """The op table: one row per op name with its category, shape rule and semantic attrs.
 
 Other views of an op are their own tables keyed by the same names, so that importing
-one view never drags in another: the numpy reference (`akgpy.reference.ops.REFERENCE`,
+one view never drags in another: the numpy reference (`akgpy.reference.REFERENCE`,
 which must not import tvm) and the TE builders (`akgpy.te.builders.BUILDERS`). A test
 checks that all three tables cover exactly the same names.
 

@@ -21,7 +21,7 @@ def _real_only(op: Op, ins: list[Operand]) -> None:
     for o in ins:
         if o.is_complex:
             raise UnsupportedOpError(f"{op.name} on complex operands is not supported (only Complex, CReal, "
-                                     "CImag, Reshape and Transpose handle complex64)", op=op.name, tensor=o.desc.name)
+                                     "CImag, BroadcastTo, Reshape and Transpose handle complex64)", op=op.name, tensor=o.desc.name)
 
 
 def elementwise(fn: Callable) -> Callable:

@@ -99,7 +99,7 @@ class Lowerer:
             return Operand(t)
         if name not in self.placeholders:
             shape, dt = storage(t)
-            self.placeholders[name] = te.placeholder(shape, dt, name=_ident(name))
+            self.placeholders[name] = te.placeholder(shape, dt, name=ident(name))
         op = Operand(t, self.placeholders[name])
         self.env[name] = op
         return op
@@ -151,7 +151,7 @@ class Lowerer:
             t = operand.tensor
             if t is None or t in taken or isinstance(t.op, te.PlaceholderOp) or tuple(t.shape) != shape:
                 self._opname, self.index = "Out", len(out_tensors)
-                t = self.compute(shape, _copy_fn(operand, desc), role="output", suffix=f"_{_ident(name)}")
+                t = self.compute(shape, _copy_fn(operand, desc), role="output", suffix=f"_{ident(name)}")
             taken.add(t)
             out_tensors.append(t)
             params.append(Param(kind, name, shape, dt))
@@ -166,8 +166,8 @@ class Lowerer:
             func = te.create_prim_func([p for _, p in inputs] + out_tensors)
         except RuntimeError as e:
             raise CompileError(f"create_prim_func failed for {g.name}: {e}") from None
-        func = func.with_attr("global_symbol", _ident(g.name))
-        return Lowered(_ident(g.name), func, in_params + params, dict(self.roles))
+        func = func.with_attr("global_symbol", ident(g.name))
+        return Lowered(ident(g.name), func, in_params + params, dict(self.roles))
 
 
 def _copy_fn(src: Operand, desc: Tensor):
@@ -182,7 +182,8 @@ def _cast_to(x, dtype: str):
     return x.astype(dtype) if str(x.ty) != dtype else x
 
 
-def _ident(name: str) -> str:
+def ident(name: str) -> str:
+    """`name` as a C identifier: the kernel symbol and the dump folder."""
     s = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
     return s if s and not s[0].isdigit() else f"k_{s}"
 

@@ -1,0 +1,42 @@
+"""Legality of a schedule: every dependence source must run strictly before its sink.
+
+A schedule found by isl, built by hand, or read back from text all pass through here, so a
+wrong schedule fails loudly at compile time with a concrete violated pair, never as a wrong
+answer at run time.
+"""
+from __future__ import annotations
+
+import islpy as isl
+
+from ..errors import CompileError
+from .deps import Deps
+from .isl_util import flat_schedule_map, maps_of
+
+
+class IllegalSchedule(CompileError):
+    """A schedule that reorders some dependent pair of statement instances."""
+
+
+def violations(schedule, deps: Deps) -> isl.UnionMap:
+    """The dependences (source -> sink) that `schedule` does not run source-first.
+
+    A pair whose source or sink the schedule does not cover counts as violated: an
+    unscheduled instance is not ordered at all.
+    """
+    smap = flat_schedule_map(schedule)
+    forward = smap.lex_lt_union_map(smap)  # (a, b): time(a) < time(b)
+    return deps.validity.subtract(forward)
+
+
+def check_legal(schedule: isl.UnionMap | isl.Schedule, deps: Deps) -> None:
+    """Raise IllegalSchedule naming one violated dependence; return None when legal."""
+    bad = violations(schedule, deps)
+    if bad.is_empty():
+        return
+    pair = bad.sample()  # one concrete (source, sink) instance pair
+    kinds = deps.kinds_of(isl.UnionMap.from_basic_map(pair)) or ["?"]
+    src, dst = pair.domain().get_tuple_name(), pair.range().get_tuple_name()
+    n_stmt_pairs = len({(m.domain().get_tuple_name(), m.range().get_tuple_name())
+                        for m in maps_of(bad)})
+    raise IllegalSchedule(f"schedule violates a {'/'.join(k.upper() for k in kinds)} dependence "
+                          f"{src} -> {dst}, e.g. {pair} ({n_stmt_pairs} statement pair(s) violated)")

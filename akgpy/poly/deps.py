@@ -1,0 +1,43 @@
+"""Dependences of a PolyModel under its original program order.
+
+RAW is value-based (isl's exact last-writer flow analysis): a read depends only on the write
+whose value it sees, so e.g. a reduction's k-th update depends on the (k-1)-th, not on all
+earlier ones. WAR and WAW are memory-based (every earlier access to the same element), which
+is what a schedule must respect as long as buffers are not renamed or expanded.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from .model import PolyModel
+
+
+@dataclass
+class Deps:
+    raw: isl.UnionMap  # source write -> sink read that sees its value
+    war: isl.UnionMap  # read -> later write of the same element
+    waw: isl.UnionMap  # write -> later write of the same element
+    live_in: isl.UnionMap  # reads that see a value from before the function (inputs)
+    validity: isl.UnionMap  # raw | war | waw: what every legal schedule must keep in order
+
+    def kinds_of(self, pair: isl.UnionMap) -> list[str]:
+        """Which dependence kinds contain (any of) the pairs in `pair`."""
+        return [k for k in ("raw", "war", "waw") if not getattr(self, k).intersect(pair).is_empty()]
+
+
+def dependences(model: PolyModel) -> Deps:
+    order = model.order
+    flow = (isl.UnionAccessInfo.from_sink(model.reads)
+            .set_must_source(model.writes)
+            .set_schedule_map(order)
+            .compute_flow())
+    raw = flow.get_must_dependence()
+    before = order.lex_lt_union_map(order)  # pairs (a, b) with a executed before b
+    same_elem_ww = model.writes.apply_range(model.writes.reverse())
+    same_elem_rw = model.reads.apply_range(model.writes.reverse())
+    waw = same_elem_ww.intersect(before).coalesce()
+    war = same_elem_rw.intersect(before).coalesce()
+    validity = raw.union(war).union(waw).coalesce()
+    return Deps(raw=raw.coalesce(), war=war, waw=waw, live_in=flow.get_must_no_source(), validity=validity)

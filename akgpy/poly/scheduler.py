@@ -1,0 +1,99 @@
+"""isl's scheduler on a PolyModel, with two guards against pathological graphs.
+
+- an isl operation budget (Context.set_max_operations): deterministic, cheap, and isl stops
+  cleanly; exhausting it raises CompileError;
+- run_bounded: a worker process with a hard wall-clock limit, for callers that must not
+  wait at all beyond a deadline (native code cannot be interrupted from a thread).
+Every schedule returned here has passed check_legal.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+from typing import Any, Callable
+
+import islpy as isl
+
+from ..errors import CompileError
+from .checks import check_legal
+from .deps import Deps
+from .isl_util import operation_budget, schedule_from_text
+from .model import PolyModel
+
+# LayerNorm/Softmax-sized graphs need well under 1 % of this (see tests/test_poly_model.py);
+# it only stops runaway searches.
+DEFAULT_MAX_OPERATIONS = 20_000_000
+
+
+def compute_schedule(model: PolyModel, deps: Deps, *, max_operations: int = DEFAULT_MAX_OPERATIONS) -> isl.Schedule:
+    """isl's schedule for the model: validity = all dependences, proximity = RAW (so
+    producers move next to consumers: fusion), coincidence = validity (prefer parallel bands)."""
+    sc = (isl.ScheduleConstraints.on_domain(model.domain)
+          .set_validity(deps.validity)
+          .set_proximity(deps.raw)
+          .set_coincidence(deps.validity))
+    with operation_budget(model.ctx, max_operations, "compute_schedule"):
+        schedule = sc.compute_schedule()
+    check_legal(schedule, deps)
+    return schedule
+
+
+def schedule_text(model: PolyModel, deps: Deps, max_operations: int = DEFAULT_MAX_OPERATIONS) -> str:
+    """compute_schedule as text: what a worker process can send back (isl.Schedule does not pickle)."""
+    return compute_schedule(model, deps, max_operations=max_operations).to_str()
+
+
+def compute_schedule_bounded(model: PolyModel, deps: Deps, *, timeout_s: float,
+                             max_operations: int = DEFAULT_MAX_OPERATIONS) -> isl.Schedule:
+    """compute_schedule in a worker killed after `timeout_s` (TimeoutError); the result is
+    read back into model.ctx and checked again here, so nothing unchecked crosses over."""
+    text = run_bounded(schedule_text, timeout_s, model, deps, max_operations)
+    schedule = schedule_from_text(model.ctx, text)
+    check_legal(schedule, deps)
+    return schedule
+
+
+def _start_method() -> str:
+    # fork: the worker inherits its arguments (isl objects do not all pickle) and starts in
+    # milliseconds; the worker only runs isl, never TVM's thread pool, so forking is safe.
+    return "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+
+
+def _worker(conn, fn, args, kwargs) -> None:
+    try:
+        msg = (True, fn(*args, **kwargs))
+    except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
+        msg = (False, e)
+    try:
+        conn.send(msg)
+    except Exception:  # an unpicklable result or exception
+        conn.send((False, CompileError(f"run_bounded worker: unpicklable outcome {msg[1]!r}"[:2000])))
+    finally:
+        conn.close()
+
+
+def run_bounded(fn: Callable, timeout_s: float, *args, **kwargs) -> Any:
+    """fn(*args, **kwargs) in a worker process, killed after `timeout_s` seconds.
+
+    Returns fn's (picklable) result, re-raises its exception, raises TimeoutError on expiry
+    and CompileError when the worker dies without answering (a crash in native code).
+    """
+    mctx = mp.get_context(_start_method())
+    recv, send = mctx.Pipe(duplex=False)
+    proc = mctx.Process(target=_worker, args=(send, fn, args, kwargs), daemon=True)
+    proc.start()
+    send.close()  # the parent keeps only the reading end, so a dead worker reads as EOF
+    try:
+        if not recv.poll(timeout_s):
+            raise TimeoutError(f"{getattr(fn, '__name__', fn)} did not finish within {timeout_s} s")
+        ok, value = recv.recv()
+    except EOFError:
+        proc.join(1)
+        raise CompileError(f"{getattr(fn, '__name__', fn)} worker died (exit code {proc.exitcode})") from None
+    finally:
+        recv.close()
+        if proc.is_alive():
+            proc.kill()
+        proc.join()
+    if ok:
+        return value
+    raise value

@@ -49,15 +49,16 @@ def adam_np(param, m, v, grad, lr):
     return ()
 
 
+def _optimizer_inputs(name: str, rows: int, cols: int):
+    b = akgpy.GraphBuilder(name)
+    shapes = [("param", (rows, cols)), ("m", (rows, cols)), ("v", (rows, cols)), ("grad", (rows, cols)), ("lr", (1,))]
+    return (b, *[b.input(n, s, "float32") for n, s in shapes])
+
+
 @pattern("adam", small=dict(rows=48, cols=64), numpy_impl=adam_np)
 def adam(rows: int = 3072, cols: int = 768) -> akgpy.Graph:
     """Adam step on one BERT-base FFN weight [3072, 768]; lr is the bias-corrected step size."""
-    b = akgpy.GraphBuilder("adam")
-    p = b.input("param", (rows, cols), "float32")
-    m = b.input("m", (rows, cols), "float32")
-    v = b.input("v", (rows, cols), "float32")
-    g = b.input("grad", (rows, cols), "float32")
-    lr = b.input("lr", (1,), "float32")
+    b, p, m, v, g, lr = _optimizer_inputs("adam", rows, cols)
     m_new, v_new = _moments(b, m, v, g)
     p_new = p - lr * (m_new / (b.sqrt(v_new) + EPS))
     b.output(_writeback(b, [(m, m_new), (v, v_new), (p, p_new)]))
@@ -84,12 +85,7 @@ def lamb_np(param, m, v, grad, lr):
 def lamb(rows: int = 768, cols: int = 3072) -> akgpy.Graph:
     """LAMB step on one BERT-large-style weight: Adam direction + weight decay, scaled by the
     layer-wise trust ratio ||w|| / ||update|| (norms reduced per row, then over rows)."""
-    b = akgpy.GraphBuilder("lamb")
-    p = b.input("param", (rows, cols), "float32")
-    m = b.input("m", (rows, cols), "float32")
-    v = b.input("v", (rows, cols), "float32")
-    g = b.input("grad", (rows, cols), "float32")
-    lr = b.input("lr", (1,), "float32")
+    b, p, m, v, g, lr = _optimizer_inputs("lamb", rows, cols)
     m_new, v_new = _moments(b, m, v, g)
     upd = m_new / (b.sqrt(v_new) + EPS) + p * WEIGHT_DECAY
 

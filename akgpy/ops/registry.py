@@ -220,14 +220,19 @@ def reduce(op, ins, outs):
     _expect(outs[0], outs[0].shape, x.dtype)
 
 
-def inplace_assign(op, ins, outs):
-    a, b, c = ins
+def _check_write(a: Tensor, b: Tensor) -> None:
+    """InplaceAssign/Assign: value b must fill target buffer a exactly."""
     if a.is_const:
         raise ShapeError("the in-place target must be a buffer, not a constant", tensor=a.name)
     if b.size != a.size and not b.is_const:
         raise ShapeError(f"value {list(b.shape)} does not fit target {list(a.shape)}", tensor=b.name)
     if b.dtype != a.dtype:
         raise ShapeError(f"value dtype {b.dtype} differs from target dtype {a.dtype}", tensor=b.name)
+
+
+def inplace_assign(op, ins, outs):
+    a, b, c = ins
+    _check_write(a, b)
     if outs[0].size != c.size or outs[0].dtype != c.dtype:
         raise ShapeError(f"output must equal the pass-through {c.name}: {c.dtype}{list(c.shape)}",
                          tensor=outs[0].name)
@@ -235,12 +240,7 @@ def inplace_assign(op, ins, outs):
 
 def assign(op, ins, outs):
     a, b = ins
-    if a.is_const:
-        raise ShapeError("the assign target must be a buffer, not a constant", tensor=a.name)
-    if b.size != a.size and not b.is_const:
-        raise ShapeError(f"value {list(b.shape)} does not fit target {list(a.shape)}", tensor=b.name)
-    if b.dtype != a.dtype:
-        raise ShapeError(f"value dtype {b.dtype} differs from target dtype {a.dtype}", tensor=b.name)
+    _check_write(a, b)
     _expect(outs[0], a.shape, a.dtype)
 
 

@@ -93,3 +93,13 @@ def test_graph_queries():
 def test_fractal_nz_logical_shape():
     t = akgpy.Tensor("t", (2, 4, 3, 16, 16), "float16", "FRACTAL_NZ")
     assert t.logical_shape == (2, 48, 64)
+
+
+def test_empty_tensors_are_rejected_clearly():
+    for shape in [(0, 4), (3, 0)]:
+        b = GraphBuilder("empty")
+        x = b.input("x", shape)
+        b.output(x.sum(axis=0))
+        with pytest.raises(ShapeError, match="no elements") as e:
+            b.build()
+        assert e.value.tensor == "x"

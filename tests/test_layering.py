@@ -1,4 +1,4 @@
-"""Data flows one way: frontends -> graph -> te -> schedule -> targets -> runtime. A module's
+"""Data flows one way: frontends -> graph -> te -> poly -> schedule -> targets -> runtime. A module's
 module-level imports may only reach its own stage or earlier ones; the reference oracle may not
 reach tvm or the TE builders at all (not even inside functions)."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "akgpy"
 STAGE = {"errors": 0, "dtypes": 0, "config": 0, "graph": 1, "ops": 1, "frontends": 2, "reference": 2,
-         "testing": 2, "te": 3, "schedule": 4, "targets": 5, "runtime": 6, "pipeline": 7, "__init__": 8}
+         "testing": 2, "te": 3, "poly": 4, "schedule": 5, "targets": 6, "runtime": 7, "pipeline": 8, "__init__": 9}
 
 
 def _stage_of(module: str) -> int:

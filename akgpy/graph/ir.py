@@ -126,6 +126,9 @@ class Graph:
             dtypes.check(t.dtype, tensor=t.name)
             if any((not isinstance(s, int)) or s < 0 for s in t.shape):
                 raise ShapeError(f"shape {list(t.shape)} must be non-negative ints", tensor=t.name)
+            if 0 in t.shape:  # nothing to compute, and a reduction over it would need identities
+                raise ShapeError(f"shape {list(t.shape)} has no elements; akgpy does not compile empty tensors",
+                                 tensor=t.name)
             if t.size >= 2 ** 40:  # far beyond any host memory; also keeps index math in int64
                 raise ShapeError(f"shape {list(t.shape)} has {t.size} elements, more than akgpy supports (2**40)",
                                  tensor=t.name)

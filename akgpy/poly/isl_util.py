@@ -94,6 +94,12 @@ class Namer:
         self.used.add(name)
         return name
 
+    def scope(self) -> "Namer":
+        """A fresh set of used names (dims are unique per block only) sharing isl's verdicts."""
+        inner = Namer(self.ctx)
+        inner._ok = self._ok
+        return inner
+
     def valid(self, name: str) -> bool:
         if name not in self._ok:
             ok = bool(_IDENT.match(name))
@@ -150,7 +156,7 @@ def flat_schedule_map(sched) -> isl.UnionMap:
         k = m.dim(isl.dim_type.out)
         m = m.reset_tuple_id(isl.dim_type.out).add_dims(isl.dim_type.out, n - k)
         for q in range(k, n):
-            m = m.fix_si(isl.dim_type.out, q, 0)
+            m = m.fix_val(isl.dim_type.out, q, isl.Val.zero(m.get_ctx()))
         out.append(m)
     return union_map(umap.get_ctx(), out)
 
@@ -159,6 +165,22 @@ def schedule_from_text(ctx: isl.Context, text: str) -> isl.Schedule:
     """Inverse of isl.Schedule.to_str(): the way a schedule crosses a process boundary
     (isl.Schedule does not pickle)."""
     return isl.Schedule.read_from_str(ctx, text)
+
+
+@contextlib.contextmanager
+def context_options(ctx: isl.Context, options: dict[str, int]):
+    """Set isl Context options (names without set_/get_) inside the block, restore them after."""
+    try:
+        old = {k: getattr(ctx, "get_" + k)() for k in options}
+    except AttributeError as e:
+        raise CompileError(f"unknown isl option: {e}") from None
+    for k, v in options.items():
+        getattr(ctx, "set_" + k)(v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            getattr(ctx, "set_" + k)(v)
 
 
 @contextlib.contextmanager

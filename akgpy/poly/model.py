@@ -62,7 +62,7 @@ def extract(func, roles: dict[str, str] | None = None, ctx: isl.Context | None =
     """PolyModel of `func` (akgpy.te.lower.lower(graph).func); `roles` is Lowered.roles."""
     ctx = ctx or new_context()
     names = Namer(ctx)
-    arrays: dict[int, str] = {}  # buffer handle -> isl name: buffers are keyed by identity, not name
+    arrays: dict[int, tuple[str, str]] = {}  # buffer handle -> (TIR name, isl name): keyed by identity
     realizes: list = []
     tvm_ffi.structural_walk(func.body, [(s_tir.SBlockRealize, realizes.append)], order="pre")
     blocks = [r for r in realizes if r.block.name_hint != "root"]
@@ -81,8 +81,7 @@ def _block_statements(ctx, names: Namer, arrays, realize, pos: int, depth: int, 
     bname = blk.name_hint
     if not (isinstance(realize.predicate, ir.prim.expr.IntImm) and int(realize.predicate.value) == 1):
         raise CompileError(f"block {bname!r} has a predicate: extract() expects an unscheduled PrimFunc")
-    local = Namer(ctx)
-    local._ok = names._ok  # share isl's verdicts on names; dim names are unique per block only
+    local = names.scope()
     dims, bounds, kinds, env = [], [], [], {}
     for iv in blk.iter_vars:
         lo, ext = iv.dom.min, iv.dom.extent

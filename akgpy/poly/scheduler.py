@@ -1,9 +1,10 @@
 """isl's scheduler on a PolyModel, with two guards against pathological graphs.
 
-- an isl operation budget (Context.set_max_operations): deterministic, cheap, and isl stops
-  cleanly; exhausting it raises CompileError;
+- an isl operation budget (Context.set_max_operations): deterministic, and isl stops
+  cleanly; exhausting it raises CompileError. It does NOT bound wall time: some corpus
+  graphs spend 10 s in isl within 1e6 counted operations;
 - run_bounded: a worker process with a hard wall-clock limit, for callers that must not
-  wait at all beyond a deadline (native code cannot be interrupted from a thread).
+  wait beyond a deadline (native code cannot be interrupted from a thread).
 Every schedule returned here has passed check_legal.
 """
 from __future__ import annotations
@@ -16,37 +17,49 @@ import islpy as isl
 from ..errors import CompileError
 from .checks import check_legal
 from .deps import Deps
-from .isl_util import operation_budget, schedule_from_text
+from .isl_util import context_options, operation_budget, schedule_from_text
 from .model import PolyModel
 
-# LayerNorm/Softmax-sized graphs need well under 1 % of this (see tests/test_poly_model.py);
-# it only stops runaway searches.
+# The 64x128 LayerNorm/Softmax graphs of tests/test_poly_model.py need about 80k / 45k
+# operations (0.4 % of this); the budget only stops runaway searches.
 DEFAULT_MAX_OPERATIONS = 20_000_000
 
 
-def compute_schedule(model: PolyModel, deps: Deps, *, max_operations: int = DEFAULT_MAX_OPERATIONS) -> isl.Schedule:
+def compute_schedule(model: PolyModel, deps: Deps, *, max_operations: int = DEFAULT_MAX_OPERATIONS,
+                     options: dict[str, int] | None = None) -> isl.Schedule:
     """isl's schedule for the model: validity = all dependences, proximity = RAW (so
-    producers move next to consumers: fusion), coincidence = validity (prefer parallel bands)."""
+    producers move next to consumers: fusion), coincidence = validity (prefer parallel bands).
+
+    `options` are isl Context scheduler options without the set_ prefix, e.g.
+    {"schedule_max_constant_term": 1024}; they hold for this call only.
+    """
     sc = (isl.ScheduleConstraints.on_domain(model.domain)
           .set_validity(deps.validity)
           .set_proximity(deps.raw)
           .set_coincidence(deps.validity))
-    with operation_budget(model.ctx, max_operations, "compute_schedule"):
+    with context_options(model.ctx, options or {}), \
+            operation_budget(model.ctx, max_operations, "compute_schedule"):
         schedule = sc.compute_schedule()
     check_legal(schedule, deps)
     return schedule
 
 
-def schedule_text(model: PolyModel, deps: Deps, max_operations: int = DEFAULT_MAX_OPERATIONS) -> str:
+def schedule_text(model: PolyModel, deps: Deps, max_operations: int = DEFAULT_MAX_OPERATIONS,
+                  options: dict[str, int] | None = None) -> str:
     """compute_schedule as text: what a worker process can send back (isl.Schedule does not pickle)."""
-    return compute_schedule(model, deps, max_operations=max_operations).to_str()
+    return compute_schedule(model, deps, max_operations=max_operations, options=options).to_str()
 
 
 def compute_schedule_bounded(model: PolyModel, deps: Deps, *, timeout_s: float,
-                             max_operations: int = DEFAULT_MAX_OPERATIONS) -> isl.Schedule:
+                             max_operations: int = DEFAULT_MAX_OPERATIONS,
+                             options: dict[str, int] | None = None) -> isl.Schedule:
     """compute_schedule in a worker killed after `timeout_s` (TimeoutError); the result is
-    read back into model.ctx and checked again here, so nothing unchecked crosses over."""
-    text = run_bounded(schedule_text, timeout_s, model, deps, max_operations)
+    read back into model.ctx and checked again here, so nothing unchecked crosses over.
+
+    Needed because the operation budget does not bound wall time: isl's search for constant
+    shifts (e.g. a 28-statement LayerNorm of 8192x768) can spend 10 s within 1e6 operations.
+    """
+    text = run_bounded(schedule_text, timeout_s, model, deps, max_operations, options)
     schedule = schedule_from_text(model.ctx, text)
     check_legal(schedule, deps)
     return schedule

@@ -54,6 +54,7 @@ def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "plain"):
     dump(low.name, "2_scheduled.py", sch.mod.script)
 
     executable = llvm.build(sch.mod, target)
-    kernel = Kernel(low.name, low.params, executable, sch.mod)
+    kernel = Kernel(low.name, low.params, executable, sch.mod, low)
     dump(low.name, "3_source.ll", lambda: kernel.source)
+    dump(low.name, "4_explain.txt", kernel.explain)
     return Program(g, [kernel], target)

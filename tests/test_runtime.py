@@ -158,9 +158,22 @@ def test_program_exposes_kernels_and_source():
     assert "axpy" in prog.source()
 
 
+def test_explain_shows_path_dependences_and_tree():
+    b = GraphBuilder("softmax_rows")
+    x = b.input("x", (8, 32))
+    e = b.exp(x - x.max(axis=1, keepdims=True))
+    b.output(e / e.sum(axis=1, keepdims=True))
+    text = akgpy.fuse(b.build()).explain()
+    assert "schedule path: plain" in text
+    assert "== dependences" in text and "RAW" in text
+    assert "== schedule tree" in text and "band" in text
+    assert "T.parallel" in text
+
+
 def test_dump_switch(tmp_path, monkeypatch):
     monkeypatch.setenv("AKGPY_DUMP", str(tmp_path))
     akgpy.fuse(_axpy(32))
     files = sorted(p.name for p in (tmp_path / "axpy").iterdir())
-    assert files == ["0_graph.txt", "1_te.py", "2_scheduled.py", "3_source.ll"]
+    assert files == ["0_graph.txt", "1_te.py", "2_scheduled.py", "3_source.ll", "4_explain.txt"]
+    assert "schedule tree" in (tmp_path / "axpy" / "4_explain.txt").read_text()
     assert "define" in (tmp_path / "axpy" / "3_source.ll").read_text()

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import dtypes
-from ..errors import ArgumentError
+from ..errors import AkgpyError, ArgumentError
 from ..graph.ir import Graph
 from ..te.lower import Param
 
@@ -51,9 +51,9 @@ def as_numpy(x: Any, name: str) -> np.ndarray:
 class Kernel:
     """One compiled kernel: its name, parameters, scheduled TIR and generated code."""
 
-    def __init__(self, name: str, params: list[Param], executable, scheduled_mod):
+    def __init__(self, name: str, params: list[Param], executable, scheduled_mod, lowered=None):
         self.name, self.params = name, params
-        self._executable, self._mod = executable, scheduled_mod
+        self._executable, self._mod, self._lowered = executable, scheduled_mod, lowered
         self._source: str | None = None
         self.func = executable[self.entry]  # first lookup JIT-compiles the machine code
 
@@ -73,6 +73,30 @@ class Kernel:
             self._source = self._executable.mod.inspect_source("ll")
         return self._source
 
+    def explain(self, *, timeout_s: float = 10.0) -> str:
+        """Which schedule path ran, the polyhedral view of the kernel (statements, accesses,
+        dependences, isl's schedule tree, computed on demand under a wall-clock bound) and the
+        scheduled loop nest."""
+        from ..poly import compute_schedule_bounded, dependences, describe, extract
+        out = [f"== kernel {self.name}",
+               "schedule path: plain (akgpy/schedule/plain.py: inline injective blocks, parallel outer "
+               "loops, vectorised inner slices, register-tiled contractions); the isl schedule below is "
+               "analysis only until the polyhedral realisation lands"]
+        if self._lowered is not None:
+            try:
+                model = extract(self._lowered.func, self._lowered.roles)
+                deps = dependences(model)
+                try:
+                    sched = compute_schedule_bounded(model, deps, timeout_s=timeout_s)
+                    out.append(describe(model, deps, sched))
+                except TimeoutError:
+                    out.append(describe(model, deps))
+                    out.append(f"isl scheduler: no schedule within {timeout_s} s")
+            except AkgpyError as e:
+                out.append(f"polyhedral analysis unavailable: {e}")
+        out += ["== scheduled TIR", self.tir]
+        return "\n".join(out)
+
     def __repr__(self) -> str:
         return f"Kernel({self.name!r}, {len(self.params)} params)"
 
@@ -85,6 +109,10 @@ class Program:
 
     def source(self) -> str:
         return "\n\n".join(f"// kernel {k.name}\n{k.source}" for k in self.kernels)
+
+    def explain(self, *, timeout_s: float = 10.0) -> str:
+        """Per kernel: schedule path, statements, dependences, isl schedule tree, loop nest."""
+        return "\n\n".join(k.explain(timeout_s=timeout_s) for k in self.kernels)
 
     def __repr__(self) -> str:
         return f"Program({self.graph.name!r}, {len(self.kernels)} kernel(s), target={self.target!r})"

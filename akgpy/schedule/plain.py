@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm import s_tir
+import tvm_ffi
+from tvm import ir, s_tir
 
 from ..te.lower import Lowered
 
@@ -82,14 +83,52 @@ def _spatial(sch, block, cfg: PlainConfig) -> None:
         _try(sch.vectorize, vec)
 
 
+def _contiguous_iter(blk) -> int | None:
+    """Index of the block iter var that walks the largest input with stride 1 (its last index)."""
+    loads = []
+    tvm_ffi.structural_walk(blk.body, [(ir.TensorLoad, loads.append)])
+    best, size = None, -1
+    for ld in loads:
+        n = 1
+        for e in ld.source.shape:
+            n *= int(e.value) if hasattr(e, "value") else 1
+        last = ld.indices[-1] if len(ld.indices) else None
+        if n > size and last is not None:
+            best, size = last, n
+    for q, iv in enumerate(blk.iter_vars):
+        if best is not None and best.same_as(iv.var):
+            return q
+    return None
+
+
 def _reduction(sch, block, cfg: PlainConfig) -> None:
+    """Parallel over the spatial loops. When the input is contiguous along a *kept* dim (a
+    column sum), that dim's loop moves inside the reduction loops and is vectorised, so each
+    step of the reduction reads whole cache lines; every output still adds in the same order."""
     blk = sch.get(block)
     kinds = [int(iv.iter_type) for iv in blk.iter_vars]
     loops = sch.get_loops(block)
     if len(loops) != len(kinds):
         return
     spatial = [l for l, k in zip(loops, kinds) if k == 0]
-    if spatial and len(spatial) == len([k for k in kinds[:len(spatial)] if k == 0]):
+    reduce = [l for l, k in zip(loops, kinds) if k != 0]
+    q = _contiguous_iter(blk)
+    if q is not None and kinds[q] == 0 and reduce and _extent(sch, loops[q]) >= 4:
+        inner = loops[q]
+        outer = [l for l in spatial if not l.same_as(inner)]
+        sch.reorder(*outer, *reduce, inner)
+        _try(sch.decompose_reduction, block, reduce[0])
+        lanes = max(cfg.vector_bytes // _elem_bytes(sch, block), 1)
+        f = _largest_divisor(_extent(sch, inner), lanes)
+        if f >= 4:
+            _, vec = sch.split(inner, [None, f])
+            _try(sch.vectorize, vec)
+        if outer:
+            fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+            if _extent(sch, fused) >= cfg.min_parallel:
+                _try(sch.parallel, fused)
+        return
+    if spatial:
         fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
         if _extent(sch, fused) >= cfg.min_parallel:
             _try(sch.parallel, fused)

@@ -37,16 +37,21 @@ def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "plain"):
     from .targets import llvm
     from .te.lower import ident, lower
 
-    if schedule != "plain":
-        raise CompileError(f"unknown schedule {schedule!r}; available: 'plain'")
+    if schedule not in ("plain", "poly"):
+        raise CompileError(f"unknown schedule {schedule!r}; available: 'plain', 'poly'")
     g = graph if isinstance(graph, Graph) else load_composite(graph)
     dump(ident(g.name), "0_graph.txt", g.describe)
 
     low = lower(g)
     dump(low.name, "1_te.py", low.func.script)
 
+    report = None
     try:
-        sch = plain_schedule(low)
+        if schedule == "poly":
+            from .schedule.poly import poly_schedule
+            sch, report = poly_schedule(low)
+        else:
+            sch = plain_schedule(low)
     except AkgpyError:
         raise
     except Exception as e:  # a TVM failure while scheduling a valid graph is a compiler bug: name the graph
@@ -54,7 +59,7 @@ def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "plain"):
     dump(low.name, "2_scheduled.py", sch.mod.script)
 
     executable = llvm.build(sch.mod, target)
-    kernel = Kernel(low.name, low.params, executable, sch.mod, low)
+    kernel = Kernel(low.name, low.params, executable, sch.mod, low, report)
     dump(low.name, "3_source.ll", lambda: kernel.source)
     dump(low.name, "4_explain.txt", kernel.explain)
     return Program(g, [kernel], target)

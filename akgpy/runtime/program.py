@@ -51,9 +51,11 @@ def as_numpy(x: Any, name: str) -> np.ndarray:
 class Kernel:
     """One compiled kernel: its name, parameters, scheduled TIR and generated code."""
 
-    def __init__(self, name: str, params: list[Param], executable, scheduled_mod, lowered=None):
+    def __init__(self, name: str, params: list[Param], executable, scheduled_mod, lowered=None,
+                 schedule_report: str | None = None):
         self.name, self.params = name, params
         self._executable, self._mod, self._lowered = executable, scheduled_mod, lowered
+        self._report = schedule_report  # the poly scheduler's own account, when it ran
         self._source: str | None = None
         self.func = executable[self.entry]  # first lookup JIT-compiles the machine code
 
@@ -78,6 +80,8 @@ class Kernel:
         dependences, isl's schedule tree, computed on demand under a wall-clock bound) and the
         scheduled loop nest."""
         from ..poly import compute_schedule_bounded, dependences, describe, extract
+        if self._report is not None:
+            return "\n".join([f"== kernel {self.name}", self._report, "== scheduled TIR", self.tir])
         out = [f"== kernel {self.name}",
                "schedule path: plain (akgpy/schedule/plain.py: inline injective blocks, parallel outer "
                "loops, vectorised inner slices, register-tiled contractions); the isl schedule below is "

@@ -80,3 +80,16 @@ def test_corpus_stitch_graphs_with_poly(path):
 
 def test_corpus_stitch_set_present():
     assert len(STITCH) == 46
+
+
+def _fuse_in_worker(_):
+    prog = akgpy.fuse(_softmax(), schedule="poly")
+    return prog.explain().splitlines()[1]
+
+
+def test_poly_works_inside_a_daemonic_pool_worker():
+    """Pool workers may not start multiprocessing children: the bounded isl run must still work."""
+    import multiprocessing as mp
+    with mp.get_context("fork").Pool(1) as pool:
+        (line,) = pool.map(_fuse_in_worker, [0])
+    assert line.startswith("schedule path: poly/s_tir"), line

@@ -9,7 +9,12 @@ Every schedule returned here has passed check_legal.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
+import contextlib
+import os
+import pickle
+import select
+import signal
+import time
 from typing import Any, Callable
 
 import islpy as isl
@@ -65,48 +70,54 @@ def compute_schedule_bounded(model: PolyModel, deps: Deps, *, timeout_s: float,
     return schedule
 
 
-def _start_method() -> str:
-    # fork: the worker inherits its arguments (isl objects do not all pickle) and starts in
-    # milliseconds; the worker only runs isl, never TVM's thread pool, so forking is safe.
-    return "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-
-
-def _worker(conn, fn, args, kwargs) -> None:
-    try:
-        msg = (True, fn(*args, **kwargs))
-    except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
-        msg = (False, e)
-    try:
-        conn.send(msg)
-    except Exception:  # an unpicklable result or exception
-        conn.send((False, CompileError(f"run_bounded worker: unpicklable outcome {msg[1]!r}"[:2000])))
-    finally:
-        conn.close()
-
-
 def run_bounded(fn: Callable, timeout_s: float, *args, **kwargs) -> Any:
-    """fn(*args, **kwargs) in a worker process, killed after `timeout_s` seconds.
+    """fn(*args, **kwargs) in a forked worker process, killed after `timeout_s` seconds.
 
     Returns fn's (picklable) result, re-raises its exception, raises TimeoutError on expiry
     and CompileError when the worker dies without answering (a crash in native code).
+
+    A bare os.fork, not multiprocessing: it works inside daemonic processes (multiprocessing
+    Pool workers, which may not have children of their own) and needs no pickling of the
+    arguments (isl objects do not all pickle); the worker only runs isl, never TVM's pool.
     """
-    mctx = mp.get_context(_start_method())
-    recv, send = mctx.Pipe(duplex=False)
-    proc = mctx.Process(target=_worker, args=(send, fn, args, kwargs), daemon=True)
-    proc.start()
-    send.close()  # the parent keeps only the reading end, so a dead worker reads as EOF
+    name = getattr(fn, "__name__", repr(fn))
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # worker: answer through the pipe, then leave without running any cleanup
+        os.close(rfd)
+        try:
+            try:
+                msg = (True, fn(*args, **kwargs))
+                data = pickle.dumps(msg)
+            except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
+                try:
+                    data = pickle.dumps((False, e))
+                except Exception:
+                    data = pickle.dumps((False, CompileError(f"{name} worker: {type(e).__name__}: {e}"[:2000])))
+            with os.fdopen(wfd, "wb") as w:
+                w.write(data)
+        finally:
+            os._exit(0)
+    os.close(wfd)
+    chunks, deadline = [], time.monotonic() + timeout_s
     try:
-        if not recv.poll(timeout_s):
-            raise TimeoutError(f"{getattr(fn, '__name__', fn)} did not finish within {timeout_s} s")
-        ok, value = recv.recv()
-    except EOFError:
-        proc.join(1)
-        raise CompileError(f"{getattr(fn, '__name__', fn)} worker died (exit code {proc.exitcode})") from None
+        with os.fdopen(rfd, "rb", buffering=0) as r:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([r], [], [], left)[0]:
+                    raise TimeoutError(f"{name} did not finish within {timeout_s} s")
+                chunk = r.read(1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
     finally:
-        recv.close()
-        if proc.is_alive():
-            proc.kill()
-        proc.join()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    if not chunks:
+        raise CompileError(f"{name} worker died without an answer")
+    ok, value = pickle.loads(b"".join(chunks))
     if ok:
         return value
     raise value

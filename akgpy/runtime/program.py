@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import dtypes
-from ..errors import AkgpyError, ArgumentError
+from ..errors import ArgumentError
 from ..graph.ir import Graph
 from ..te.lower import Param
 
@@ -96,8 +96,8 @@ class Kernel:
                 except TimeoutError:
                     out.append(describe(model, deps))
                     out.append(f"isl scheduler: no schedule within {timeout_s} s")
-            except AkgpyError as e:
-                out.append(f"polyhedral analysis unavailable: {e}")
+            except Exception as e:  # explain() reports, it never fails the caller
+                out.append(f"polyhedral analysis unavailable: {type(e).__name__}: {e}")
         out += ["== scheduled TIR", self.tir]
         return "\n".join(out)
 

@@ -93,6 +93,8 @@ def poly_schedule(low: Lowered, cfg: PlainConfig | None = None, *, timeout_s: fl
         return fallback(f"isl scheduler gave no answer within {timeout_s} s")
     except AkgpyError as e:
         return fallback(f"polyhedral analysis failed: {e}")
+    except Exception as e:  # the optional analysis must never stop a graph from compiling
+        return fallback(f"polyhedral analysis failed: {type(e).__name__}: {e}")
     report.append(describe(model, deps, tree))
     rows = _row_dims(tree)
     if isinstance(rows, str):

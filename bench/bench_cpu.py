@@ -158,6 +158,8 @@ def run_one(e: dict, args, torch) -> dict:
             t0 = time.perf_counter()
             prog = akgpy.fuse(g, schedule=s)
             row["compile_s"][name] = time.perf_counter() - t0
+            path = prog.kernels[0].explain().splitlines()[1] if s != "plain" else ""
+            row.setdefault("sched_path", {})[name] = path
             check(name, prog)
         except Exception as ex:  # an unknown schedule or a compiler failure: an error cell, not a crash
             row["cells"][name] = row["cells"][f"kern-{s}"] = "err"
@@ -300,7 +302,14 @@ def render(rows, args, stream, llc, llc_src, load0, load1, total_s, torch) -> st
         c = sorted(r["compile_s"][k] for r in rows if k in r["compile_s"])
         if c:
             out.append(f"{k} compile time: median {statistics.median(c):.2f} s, max {c[-1]:.2f} s, total {sum(c):.1f} s")
-        out.append(f"{k} isl fallbacks: " + ("n/a (plain schedule)" if s == "plain" else "n/a (not reported yet)"))
+        if s == "plain":
+            out.append(f"{k} isl fallbacks: n/a (plain schedule)")
+        else:
+            paths = [r["sched_path"][k] for r in rows if k in r.get("sched_path", {})]
+            fell = [x for x in paths if "fell back" in x]
+            out.append(f"{k} fallbacks to plain: {len(fell)} of {len(paths)} subgraphs"
+                       + (" (" + "; ".join(sorted({x.split('fell back: ')[1][:70] for x in fell})[:4]) + ")"
+                          if fell else ""))
     c = sorted(r["compile_s"]["inductor"] for r in rows if "inductor" in r["compile_s"])
     if c:
         out.append(f"inductor compile (first call, cold cache): median {statistics.median(c):.1f} s, max {c[-1]:.1f} s, "

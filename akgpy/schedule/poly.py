@@ -105,10 +105,18 @@ def poly_schedule(low: Lowered, cfg: PlainConfig | None = None, *, timeout_s: fl
             return fallback(f"block {s.block}: its statements disagree on the row dim")
     if any(q != 0 for q in block_row.values()):
         return fallback("the row dim is not every block's outermost loop")
+    implemented = _implemented_map(model, rows)
     try:
-        check_legal(_implemented_map(model, rows), deps)
+        check_legal(implemented, deps)
     except IllegalSchedule as e:
         return fallback(f"row fusion would be illegal: {e}")
+    # compute_at recomputes whatever a row of the consumer needs: a value flowing from one row
+    # to another (legal, e.g. a prefix) would be recomputed per row. Only row-local flow fuses.
+    shift = deps.raw.apply_domain(implemented).apply_range(implemented).deltas()
+    n = 1 + max(len(st.dims) for st in model.statements) + 3
+    cross = isl.Set(f"{{ [{', '.join(f'd{q}' for q in range(n))}] : d0 != 0 }}", context=model.ctx)
+    if not shift.intersect(isl.UnionSet.from_set(cross)).is_empty():
+        return fallback("a value flows between different rows; fusing would recompute it per row")
 
     sch = s_tir.Schedule(low.func)
     blocks = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]

@@ -70,8 +70,7 @@ def _corpus_dir() -> Path:
 @pytest.fixture(scope="session")
 def corpus() -> Path:
     root = _corpus_dir()
-    if not root.is_dir():
-        pytest.skip(f"corpus not found at {root}")
+    assert root.is_dir(), f"corpus not found at {root}: the mutation cases start from real files"
     return root
 
 

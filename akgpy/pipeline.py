@@ -30,7 +30,8 @@ def dump(kernel: str, stage: str, produce) -> None:
     (d / stage).write_text(produce())
 
 
-def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "plain"):
+def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "plain", config=None):
+    """`config`: an akgpy.ScheduleConfig (schedule knobs); None picks the target's defaults."""
     from .frontends.composite import load_composite
     from .runtime.program import Kernel, Program
     from .schedule.plain import plain_schedule
@@ -49,9 +50,9 @@ def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "plain"):
     try:
         if schedule == "poly":
             from .schedule.poly import poly_schedule
-            sch, report = poly_schedule(low)
+            sch, report = poly_schedule(low, config)
         else:
-            sch = plain_schedule(low)
+            sch = plain_schedule(low, config)
     except AkgpyError:
         raise
     except Exception as e:  # a TVM failure while scheduling a valid graph is a compiler bug: name the graph

@@ -1,3 +1,1 @@
-from .plain import plain_schedule
-
-__all__ = ["plain_schedule"]
+"""Schedules: plain (the baseline) and poly (isl-decided); knobs in config.ScheduleConfig."""

@@ -12,20 +12,12 @@ unusual block leaves that block correct but slower, never broken.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import tvm_ffi
 from tvm import ir, s_tir
 
 from ..te.lower import Lowered
-
-
-@dataclass(frozen=True)
-class PlainConfig:
-    vector_bytes: int = 64  # one AVX-512 register
-    tile_i: int = 8
-    tile_j_vectors: int = 2
-    min_parallel: int = 2
+from .config import ScheduleConfig, default_config
 
 
 def _try(fn, *args, **kw):
@@ -33,6 +25,11 @@ def _try(fn, *args, **kw):
         return fn(*args, **kw)
     except (s_tir.ScheduleError, ValueError, RuntimeError):
         return None
+
+
+def _parallel(sch, loop, cfg: ScheduleConfig) -> None:
+    if cfg.parallel and _extent(sch, loop) >= cfg.min_parallel:
+        _try(sch.parallel, loop)
 
 
 def _extent(sch, loop) -> int:
@@ -61,7 +58,7 @@ def tvm_dtype_bits(dtype) -> int:
     return int(digits) if digits else 32
 
 
-def _spatial(sch, block, cfg: PlainConfig) -> None:
+def _spatial(sch, block, cfg: ScheduleConfig) -> None:
     loops = sch.get_loops(block)
     if not loops:
         return
@@ -77,8 +74,7 @@ def _spatial(sch, block, cfg: PlainConfig) -> None:
     outer_loops = [l for l in loops]
     if outer_loops:
         fused = sch.fuse(*outer_loops) if len(outer_loops) > 1 else outer_loops[0]
-        if _extent(sch, fused) >= cfg.min_parallel:
-            _try(sch.parallel, fused)
+        _parallel(sch, fused, cfg)
     if vec is not None:
         _try(sch.vectorize, vec)
 
@@ -101,7 +97,7 @@ def _contiguous_iter(blk) -> int | None:
     return None
 
 
-def _reduction(sch, block, cfg: PlainConfig) -> None:
+def _reduction(sch, block, cfg: ScheduleConfig) -> None:
     """Parallel over the spatial loops. When the input is contiguous along a *kept* dim (a
     column sum), that dim's loop moves inside the reduction loops and is vectorised, so each
     step of the reduction reads whole cache lines; every output still adds in the same order."""
@@ -125,16 +121,14 @@ def _reduction(sch, block, cfg: PlainConfig) -> None:
             _try(sch.vectorize, vec)
         if outer:
             fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
-            if _extent(sch, fused) >= cfg.min_parallel:
-                _try(sch.parallel, fused)
+            _parallel(sch, fused, cfg)
         return
     if spatial:
         fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
-        if _extent(sch, fused) >= cfg.min_parallel:
-            _try(sch.parallel, fused)
+        _parallel(sch, fused, cfg)
 
 
-def _contraction(sch, block, cfg: PlainConfig) -> None:
+def _contraction(sch, block, cfg: ScheduleConfig) -> None:
     blk = sch.get(block)
     kinds = [int(iv.iter_type) for iv in blk.iter_vars]
     loops = sch.get_loops(block)
@@ -150,9 +144,10 @@ def _contraction(sch, block, cfg: PlainConfig) -> None:
     jo, ji = sch.split(lj, [None, tj])
     sch.reorder(*outer, jo, io, *reduce, ii, ji)
     par = sch.fuse(*outer, jo, io)
-    _try(sch.parallel, par)
+    _parallel(sch, par, cfg)
     init = _try(sch.decompose_reduction, block, reduce[0])
-    _try(sch.unroll, ii)
+    if cfg.unroll:
+        _try(sch.unroll, ii)
     if tj >= 4:
         _try(sch.vectorize, ji)
     if init is not None:
@@ -161,8 +156,8 @@ def _contraction(sch, block, cfg: PlainConfig) -> None:
             _try(sch.vectorize, iloops[-1])
 
 
-def plain_schedule(low: Lowered, cfg: PlainConfig | None = None):
-    cfg = cfg or PlainConfig()
+def plain_schedule(low: Lowered, cfg: ScheduleConfig | None = None):
+    cfg = cfg or default_config()
     sch = s_tir.Schedule(low.func)
     blocks = {sch.get(b).name_hint: b for b in sch.get_child_blocks(sch.get_sblock("root"))}
     for name, b in blocks.items():

@@ -23,7 +23,8 @@ from ..errors import AkgpyError
 from ..poly import IllegalSchedule, check_legal, compute_schedule_bounded, dependences, describe, extract
 from ..poly.isl_util import union_map
 from ..te.lower import Lowered
-from .plain import PlainConfig, _try, plain_schedule
+from .config import ScheduleConfig, default_config
+from .plain import _parallel, _try, plain_schedule
 
 
 def _row_dims(tree: isl.Schedule) -> dict[str, int] | str:
@@ -72,9 +73,9 @@ def _implemented_map(model, rows: dict[str, int]) -> isl.UnionMap:
     return union_map(model.ctx, maps)
 
 
-def poly_schedule(low: Lowered, cfg: PlainConfig | None = None, *, timeout_s: float = 5.0):
+def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s: float = 5.0):
     """(schedule, report): the report is the explain() text of this decision."""
-    cfg = cfg or PlainConfig()
+    cfg = cfg or default_config()
     report = []
 
     def fallback(reason: str):
@@ -132,7 +133,7 @@ def poly_schedule(low: Lowered, cfg: PlainConfig | None = None, *, timeout_s: fl
         except s_tir.ScheduleError as e:
             return fallback(f"TVM cannot move block {name} under the row loop: "
                             f"{str(e).strip().splitlines()[-1][:160]}")
-    _try(sch.parallel, row_loop)
+    _parallel(sch, row_loop, cfg)
     for name in left:  # the inner part of each block: vectorise where it divides
         b = sch.get_sblock(name)
         loops = sch.get_loops(b)[1:]

@@ -1,0 +1,43 @@
+"""The schedule knobs, in one object a tuner can search, with a default chooser per target.
+
+Every schedule (plain, poly) reads only these fields; two configs that differ in a field that
+matters for a kernel give different loop nests for it. The poly schedule's own decisions
+(which statements fuse) come from isl, not from here.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..errors import CompileError
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    vector_bytes: int = 64  # width of one vector register: lanes = vector_bytes // element size
+    tile_i: int = 8  # contraction register tile: rows
+    tile_j_vectors: int = 2  # contraction register tile: columns, in vectors
+    min_parallel: int = 2  # a fused outer loop shorter than this runs serially
+    parallel: bool = True  # use the thread pool at all
+    unroll: bool = True  # unroll the contraction's row tile
+
+    def __post_init__(self):
+        for f in ("vector_bytes", "tile_i", "tile_j_vectors", "min_parallel"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise CompileError(f"ScheduleConfig.{f} must be a positive int, got {v!r}")
+
+    def replace(self, **changes) -> "ScheduleConfig":
+        return dataclasses.replace(self, **changes)
+
+
+def default_config(target=None) -> ScheduleConfig:
+    """The default knobs for a target: vector width from the host CPU's features."""
+    try:
+        from ..targets.llvm import host_cpu
+        cpu = host_cpu()
+    except Exception:  # no LLVM: generic defaults
+        return ScheduleConfig()
+    wide = any(k in cpu for k in ("avx512", "znver4", "znver5", "skylake-avx512", "icelake", "sapphire",
+                                  "cascadelake", "cooperlake", "tigerlake", "graniterapids"))
+    return ScheduleConfig(vector_bytes=64 if wide else 32)

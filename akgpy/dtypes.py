@@ -12,7 +12,6 @@ NUMPY = {
     "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
     "complex64": np.complex64, "complex128": np.complex128,
 }
-FLOATS = frozenset({"float16", "float32", "float64"})
 COMPLEX = frozenset({"complex64", "complex128"})
 INTS = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
 
@@ -28,15 +27,3 @@ def check(dtype: str, *, op: str | None = None, tensor: str | None = None) -> st
 
 def to_numpy(dtype: str) -> np.dtype:
     return np.dtype(NUMPY[dtype])
-
-
-def from_numpy(dt: np.dtype) -> str:
-    dt = np.dtype(dt)
-    for name, t in NUMPY.items():
-        if np.dtype(t) == dt:
-            return name
-    raise ShapeError(f"numpy dtype {dt} has no akgpy equivalent")
-
-
-def is_float(dtype: str) -> bool:
-    return dtype in FLOATS

@@ -63,11 +63,16 @@ def _np_reduce(kind: str):
     return build
 
 
-def _np_matmul(op, ins, out):
+def _matmul_spec(op, ins, out):
+    """(transpose_a, transpose_b, widen fp16 operands to fp32) for either executor."""
     _plain(op, ins, out)
     matmul_dims(op, ins[0], ins[1])
-    ta, tb = bool(op.attrs.get("transpose_a", False)), bool(op.attrs.get("transpose_b", False))
-    wide = any(t.dtype == "float16" for t in ins)
+    return (bool(op.attrs.get("transpose_a", False)), bool(op.attrs.get("transpose_b", False)),
+            any(t.dtype == "float16" for t in ins))
+
+
+def _np_matmul(op, ins, out):
+    ta, tb, wide = _matmul_spec(op, ins, out)
 
     def f(a, b, bias=None):
         if wide:
@@ -197,10 +202,7 @@ def _torch_table() -> dict[str, Callable]:
         return build
 
     def matmul(op, ins, out):
-        _plain(op, ins, out)
-        matmul_dims(op, ins[0], ins[1])
-        ta, tb = bool(op.attrs.get("transpose_a", False)), bool(op.attrs.get("transpose_b", False))
-        wide = any(t.dtype == "float16" for t in ins)
+        ta, tb, wide = _matmul_spec(op, ins, out)
 
         def f(a, b, bias=None):
             if wide:

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import AkgpyError, FormatError, ShapeError
 from ..graph.ir import Graph, Op, Tensor
+from ..ops.registry import squeeze
 
 _TOP_KEYS = {"composite", "op", "process", "input_desc", "output_desc", "op_desc"}
 _OP_KEYS = {"name", "attr", "input_desc", "output_desc"}
@@ -90,10 +91,6 @@ def _attrs(raw: Any, *, op: str) -> dict[str, Any]:
     return out
 
 
-def _squeeze(shape):
-    return tuple(s for s in shape if s != 1)
-
-
 def load_composite(src: Any) -> Graph:
     """Parse a composite-JSON subgraph (`.info`/`.json` path, JSON text, or dict) into a Graph."""
     data, origin = _read(src)
@@ -133,7 +130,7 @@ def load_composite(src: Any) -> Graph:
         old = tensors.get(t.name)
         # [] and [1] (or other shapes differing only in unit dims) name the same data.
         if old is not None and (old.dtype != t.dtype or (old.shape != t.shape and (
-                old.size != t.size or _squeeze(old.shape) != _squeeze(t.shape)))):
+                old.size != t.size or squeeze(old.shape) != squeeze(t.shape)))):
             raise ShapeError(f"{op} reads {t.name!r} as {t.dtype}{list(t.shape)} but it is "
                              f"{old.dtype}{list(old.shape)}", op=op, tensor=t.name)
         return t.name

@@ -85,12 +85,6 @@ class Graph:
     def tensor(self, name: str) -> Tensor:
         return self.tensors[name]
 
-    def producer(self, name: str) -> Op | None:
-        for op in self.ops:
-            if name in op.outputs:
-                return op
-        return None
-
     def inplace_targets(self) -> dict[str, str]:
         """input tensor name -> name of the value written into it (last write wins)."""
         out = {}
@@ -112,14 +106,6 @@ class Graph:
         fake = self.fake_outputs
         return tuple(n for n in self.outputs if n not in fake)
 
-    def consumers(self) -> dict[str, list[int]]:
-        uses: dict[str, list[int]] = {}
-        for i, op in enumerate(self.ops):
-            for t in op.inputs:
-                uses.setdefault(t, []).append(i)
-        return uses
-
-    # -- validation ------------------------------------------------------------------
     def validate(self) -> None:
         from ..ops.registry import lookup  # late: registry imports this module
         for t in self.tensors.values():

@@ -12,6 +12,7 @@ is_backed_cast, x_shape, enable_atomic_add, ...) is carried for round trips only
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -95,18 +96,14 @@ def _elementwise_shape(ins: Sequence[Tensor], out: Tensor) -> None:
                              f"gives {list(shape)}", tensor=out.name)
         return
     shape = broadcast_shapes([t.shape for t in ins], tensor=out.name)
-    if tuple(out.shape) != shape and (out.size != _size(shape) or _squeeze(out.shape) != _squeeze(shape)):
+    if tuple(out.shape) != shape and (out.size != math.prod(shape) or squeeze(out.shape) != squeeze(shape)):
         _expect(out, shape, None)  # a declared shape differing only in unit dims is a view: allowed
 
 
-def _size(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
-def _squeeze(shape):
+def squeeze(shape) -> tuple[int, ...]:
+    """The shape without its unit dims: two shapes with equal squeezes are views of one layout."""
     return tuple(s for s in shape if s != 1)
 
 

@@ -58,6 +58,7 @@ class Kernel:
         self._report = schedule_report  # the poly scheduler's own account, when it ran
         self._source: str | None = None
         self.func = executable[self.entry]  # first lookup JIT-compiles the machine code
+        self.reads = frozenset(p.tensor for p in params if p.kind == "input")
 
     @property
     def entry(self) -> str:
@@ -155,7 +156,7 @@ class Program:
                 else:  # inplace: the kernel writes the target's new value here
                     user = args[self._in_index[p.tensor]]
                     direct = _storage_view(user, p)
-                    if direct is not None and not any(q.kind == "input" and q.tensor == p.tensor for q in k.params):
+                    if direct is not None and p.tensor not in k.reads:
                         call_args.append(direct)
                     else:
                         buf = aligned_empty(p.shape, p.dtype)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import ir, s_tir
 
+from ..te.builders import largest_divisor
 from ..te.lower import Lowered
 from .config import ScheduleConfig, default_config
 
@@ -37,13 +38,6 @@ def _extent(sch, loop) -> int:
     return int(ext.value) if hasattr(ext, "value") else -1
 
 
-def _largest_divisor(n: int, limit: int) -> int:
-    for f in range(min(n, limit), 0, -1):
-        if n % f == 0:
-            return f
-    return 1
-
-
 def _elem_bytes(sch, block) -> int:
     buf = sch.get(block).writes[0].source
     bits = int(tvm_dtype_bits(buf.dtype))
@@ -58,25 +52,45 @@ def tvm_dtype_bits(dtype) -> int:
     return int(digits) if digits else 32
 
 
-def _spatial(sch, block, cfg: ScheduleConfig) -> None:
+def vectorize_innermost(sch, block, cfg: ScheduleConfig) -> list:
+    """Vectorise the largest slice (>= 4 lanes, no tail) of the block's innermost loop that
+    fits one vector register; returns the loops outside the vector."""
     loops = sch.get_loops(block)
     if not loops:
-        return
+        return []
     lanes = max(cfg.vector_bytes // _elem_bytes(sch, block), 1)
-    inner = loops[-1]
-    ext = _extent(sch, inner)
-    vec = None
-    if ext > 1:
-        f = _largest_divisor(ext, lanes)
-        if f >= 4:
-            outer, vec = sch.split(inner, [None, f]) if f < ext else (None, inner)
-            loops = loops[:-1] + ([outer] if outer is not None else [])
-    outer_loops = [l for l in loops]
-    if outer_loops:
-        fused = sch.fuse(*outer_loops) if len(outer_loops) > 1 else outer_loops[0]
-        _parallel(sch, fused, cfg)
-    if vec is not None:
-        _try(sch.vectorize, vec)
+    ext = _extent(sch, loops[-1])
+    f = largest_divisor(ext, lanes)
+    if ext <= 1 or f < 4:
+        return list(loops)
+    if f < ext:
+        outer, vec = sch.split(loops[-1], [None, f])
+        loops = [*loops[:-1], outer]
+    else:
+        vec, loops = loops[-1], list(loops[:-1])
+    _try(sch.vectorize, vec)
+    return loops
+
+
+def inline_injective(sch, low: Lowered) -> list[str]:
+    """Inline every elementwise block into its consumers; the names of the blocks left, in order."""
+    names = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    left = []
+    for name in names:
+        try:
+            if low.roles.get(name) == "elemwise":
+                sch.compute_inline(sch.get_sblock(name))
+                continue
+        except s_tir.ScheduleError:  # e.g. an output block: it stays, scheduled on its own
+            pass
+        left.append(name)
+    return left
+
+
+def _spatial(sch, block, cfg: ScheduleConfig) -> None:
+    outer = vectorize_innermost(sch, block, cfg)
+    if outer:
+        _parallel(sch, sch.fuse(*outer) if len(outer) > 1 else outer[0], cfg)
 
 
 def _contiguous_iter(blk) -> int | None:
@@ -115,7 +129,7 @@ def _reduction(sch, block, cfg: ScheduleConfig) -> None:
         sch.reorder(*outer, *reduce, inner)
         _try(sch.decompose_reduction, block, reduce[0])
         lanes = max(cfg.vector_bytes // _elem_bytes(sch, block), 1)
-        f = _largest_divisor(_extent(sch, inner), lanes)
+        f = largest_divisor(_extent(sch, inner), lanes)
         if f >= 4:
             _, vec = sch.split(inner, [None, f])
             _try(sch.vectorize, vec)
@@ -138,8 +152,8 @@ def _contraction(sch, block, cfg: ScheduleConfig) -> None:
     reduce = [l for l, k in zip(loops, kinds) if k != 0]
     lanes = max(cfg.vector_bytes // 4, 1)  # accumulators are 32-bit
     *outer, li, lj = spatial
-    ti = _largest_divisor(_extent(sch, li), cfg.tile_i)
-    tj = _largest_divisor(_extent(sch, lj), lanes * cfg.tile_j_vectors)
+    ti = largest_divisor(_extent(sch, li), cfg.tile_i)
+    tj = largest_divisor(_extent(sch, lj), lanes * cfg.tile_j_vectors)
     io, ii = sch.split(li, [None, ti])
     jo, ji = sch.split(lj, [None, tj])
     sch.reorder(*outer, jo, io, *reduce, ii, ji)
@@ -159,15 +173,8 @@ def _contraction(sch, block, cfg: ScheduleConfig) -> None:
 def plain_schedule(low: Lowered, cfg: ScheduleConfig | None = None):
     cfg = cfg or default_config()
     sch = s_tir.Schedule(low.func)
-    blocks = {sch.get(b).name_hint: b for b in sch.get_child_blocks(sch.get_sblock("root"))}
-    for name, b in blocks.items():
-        if low.roles.get(name) == "elemwise":
-            _try(sch.compute_inline, b)
-    for name in list(blocks):
-        try:
-            b = sch.get_sblock(name)
-        except s_tir.ScheduleError:
-            continue  # inlined
+    for name in inline_injective(sch, low):
+        b = sch.get_sblock(name)
         role = low.roles.get(name, "elemwise")
         if role == "contract":
             _try(_contraction, sch, b, cfg)

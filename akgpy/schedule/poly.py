@@ -24,7 +24,7 @@ from ..poly import IllegalSchedule, check_legal, compute_schedule_bounded, depen
 from ..poly.isl_util import union_map
 from ..te.lower import Lowered
 from .config import ScheduleConfig, default_config
-from .plain import _parallel, _try, plain_schedule
+from .plain import _parallel, inline_injective, plain_schedule, vectorize_innermost
 
 
 def _row_dims(tree: isl.Schedule) -> dict[str, int] | str:
@@ -120,11 +120,7 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
         return fallback("a value flows between different rows; fusing would recompute it per row")
 
     sch = s_tir.Schedule(low.func)
-    blocks = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
-    for name in blocks:
-        if low.roles.get(name) == "elemwise":
-            _try(sch.compute_inline, sch.get_sblock(name))
-    left = [n for n in blocks if _exists(sch, n)]
+    left = inline_injective(sch, low)
     anchor = sch.get_sblock(left[-1])
     row_loop = sch.get_loops(anchor)[0]
     for name in reversed(left[:-1]):
@@ -134,17 +130,10 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
             return fallback(f"TVM cannot move block {name} under the row loop: "
                             f"{str(e).strip().splitlines()[-1][:160]}")
     _parallel(sch, row_loop, cfg)
-    for name in left:  # the inner part of each block: vectorise where it divides
+    for name in left:  # inside the row: vectorise each spatial block's innermost loop
         b = sch.get_sblock(name)
-        loops = sch.get_loops(b)[1:]
-        kinds = [int(iv.iter_type) for iv in sch.get(b).iter_vars]
-        if loops and all(k == 0 for k in kinds):
-            lanes = max(cfg.vector_bytes // 4, 1)
-            ext = int(sch.get(loops[-1]).extent.value)
-            f = max((d for d in range(1, min(ext, lanes) + 1) if ext % d == 0), default=1)
-            if f >= 4:
-                _, vec = sch.split(loops[-1], [None, f]) if f < ext else (None, loops[-1])
-                _try(sch.vectorize, vec)
+        if len(sch.get_loops(b)) > 1 and all(int(iv.iter_type) == 0 for iv in sch.get(b).iter_vars):
+            vectorize_innermost(sch, b, cfg)
     report.insert(0, f"schedule path: poly/s_tir: isl fused all {len(model.statements)} statements "
                      f"under one parallel loop over their row dim ({len(left)} blocks after inlining, "
                      f"computed at the row loop of {left[-1]}); implemented order checked against "
@@ -159,10 +148,3 @@ def _extents(s) -> list[int]:
         out.append(int(hi - lo + 1))
     return out
 
-
-def _exists(sch, name: str) -> bool:
-    try:
-        sch.get_sblock(name)
-        return True
-    except s_tir.ScheduleError:
-        return False

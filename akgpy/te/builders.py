@@ -29,7 +29,7 @@ def elementwise(fn: Callable) -> Callable:
     def build(lw: Lowerer, op: Op, ins: list[Operand], out: Tensor):
         _real_only(op, ins)
         lg = logical(ins, out)
-        return lw.compute(out.shape, lambda *i: _to(fn(*[o.value(out, i, lg) for o in ins]), out.dtype))
+        return lw.compute(out.shape, lambda *i: _to(_expr(fn(*[o.value(out, i, lg) for o in ins])), out.dtype))
     return build
 
 
@@ -85,14 +85,6 @@ def cast(lw, op, ins, out):
     _real_only(op, ins)
     x = ins[0]
     return lw.compute(out.shape, lambda *i: _to(x.load(out, i), out.dtype))
-
-
-def compare(fn):
-    def build(lw, op, ins, out):
-        _real_only(op, ins)
-        lg = logical(ins, out)
-        return lw.compute(out.shape, lambda *i: _to(_expr(fn(*[o.value(out, i, lg) for o in ins])), out.dtype))
-    return build
 
 
 def _expr(x):
@@ -167,7 +159,8 @@ SUM_ACC = "float64"
 SUM_BLOCK = 2048
 
 
-def _largest_divisor(n: int, limit: int) -> int:
+def largest_divisor(n: int, limit: int) -> int:
+    """The largest factor of n not above limit (1 at least): split factors that need no tail."""
     for f in range(max(min(n, limit), 1), 0, -1):
         if n % f == 0:
             return f
@@ -183,7 +176,7 @@ def _split_reduction(xs, axes):
             block *= xs[a]
             inner.append(a)
             continue
-        f = _largest_divisor(xs[a], SUM_BLOCK // block)
+        f = largest_divisor(xs[a], SUM_BLOCK // block)
         return [b for b in axes if b < a], a, f
     return [], None, 1
 
@@ -333,9 +326,9 @@ BUILDERS: dict[str, Callable] = {
     "Add": E(lambda a, b: a + b), "TensorAdd": E(lambda a, b: a + b), "Sub": E(lambda a, b: a - b),
     "Mul": E(lambda a, b: fence(a * b)), "RealDiv": E(_div), "Maximum": E(tirx.max), "Minimum": E(tirx.min),
     "Pow": E(te.power),
-    "Greater": compare(lambda a, b: a > b), "GreaterEqual": compare(lambda a, b: a >= b),
-    "Less": compare(lambda a, b: a < b), "LessEqual": compare(lambda a, b: a <= b),
-    "Equal": compare(lambda a, b: a == b),
+    "Greater": E(lambda a, b: a > b), "GreaterEqual": E(lambda a, b: a >= b),
+    "Less": E(lambda a, b: a < b), "LessEqual": E(lambda a, b: a <= b),
+    "Equal": E(lambda a, b: a == b),
     "Select": E(_select), "Cast": cast, "AddN": addn,
     "Complex": complex_, "CReal": complex_part(0), "CImag": complex_part(1),
     "BroadcastTo": broadcast_to, "OneHot": one_hot,

@@ -11,16 +11,12 @@ from tvm import tirx
 
 from ..errors import ShapeError
 from ..graph.ir import NZ, Tensor
-from ..ops.registry import broadcast_shapes
-
-
-def _squeeze(shape):
-    return tuple(s for s in shape if s != 1)
+from ..ops.registry import broadcast_shapes, squeeze
 
 
 def reshape_index(src: Sequence[int], dst: Sequence[int], idx: Sequence) -> list:
     """Index into a row-major `src` of the element at `idx` of its reshape `dst`."""
-    if _squeeze(src) == _squeeze(dst):  # only unit dims differ: map the non-unit dims in order
+    if squeeze(src) == squeeze(dst):  # only unit dims differ: map the non-unit dims in order
         it = iter(i for i, s in zip(idx, dst) if s != 1)
         return [0 if s == 1 else next(it) for s in src]
     flat = 0

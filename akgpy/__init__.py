@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 def fuse(graph, target: str = "llvm", **options):
     """Compile a Graph (or a composite file/string) into a callable Program.
 
-    options: schedule="plain"|"poly", config=akgpy.ScheduleConfig(...) (schedule knobs)."""
+    options: schedule="poly" (default)|"plain", config=akgpy.ScheduleConfig(...) (schedule knobs)."""
     from .pipeline import compile_graph
     return compile_graph(graph, target=target, **options)
 

@@ -2,7 +2,8 @@
 
     load     frontend        composite JSON (or a GraphBuilder graph) -> Graph, validated
     lower    te.lower        Graph -> TE tensors -> one PrimFunc, unscheduled
-    schedule schedule.plain  PrimFunc -> s_tir.Schedule: inline, parallel, vectorise, tile
+    schedule schedule.poly   PrimFunc -> isl model, isl schedule, akgpy tree passes, isl AST -> TIR
+                             (schedule.plain: the s_tir baseline, and the fallback)
     codegen  targets.llvm    scheduled IRModule -> machine code for the host CPU
     wrap     runtime         Executable -> Program (the calling convention)
 
@@ -30,7 +31,7 @@ def dump(kernel: str, stage: str, produce) -> None:
     (d / stage).write_text(produce())
 
 
-def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "plain", config=None):
+def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", config=None):
     """`config`: an akgpy.ScheduleConfig (schedule knobs); None picks the target's defaults."""
     from .frontends.composite import load_composite
     from .runtime.program import Kernel, Program
@@ -50,17 +51,17 @@ def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "plain", 
     try:
         if schedule == "poly":
             from .schedule.poly import poly_schedule
-            sch, report = poly_schedule(low, config)
+            mod, report = poly_schedule(low, config)
         else:
-            sch = plain_schedule(low, config)
+            mod = plain_schedule(low, config).mod
     except AkgpyError:
         raise
     except Exception as e:  # a TVM failure while scheduling a valid graph is a compiler bug: name the graph
         raise CompileError(f"scheduling {g.name} failed: {type(e).__name__}: {e}") from None
-    dump(low.name, "2_scheduled.py", sch.mod.script)
+    dump(low.name, "2_scheduled.py", mod.script)
 
-    executable = llvm.build(sch.mod, target)
-    kernel = Kernel(low.name, low.params, executable, sch.mod, low, report)
+    executable = llvm.build(mod, target)
+    kernel = Kernel(low.name, low.params, executable, mod, low, report)
     dump(low.name, "3_source.ll", lambda: kernel.source)
     dump(low.name, "4_explain.txt", kernel.explain)
     return Program(g, [kernel], target)

@@ -8,6 +8,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import pytest
+
 import akgpy
 from akgpy import GraphBuilder
 from akgpy.graph.ir import Graph, Op, Tensor
@@ -68,10 +70,14 @@ def graphs(draw) -> Graph:
     return b.build()
 
 
+@pytest.mark.parametrize("schedule", ["poly", "plain"])
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(graphs(), st.integers(0, 2 ** 16))
-def test_random_graphs_match_reference(g: Graph, seed: int):
-    prog = akgpy.fuse(g)
+@given(g=graphs(), seed=st.integers(0, 2 ** 16))
+def test_random_graphs_match_reference(schedule: str, g: Graph, seed: int):
+    prog = akgpy.fuse(g, schedule=schedule)
+    if schedule == "poly":  # the isl path itself ran: no fallback hides a poly bug
+        line = prog.explain().splitlines()[1]
+        assert line.startswith("schedule path: poly/isl-ast"), line
     bad = check_program(g, prog, seed=seed)
     assert not bad, f"{g.describe()}\n" + "\n".join(map(str, bad))
 

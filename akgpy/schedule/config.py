@@ -20,12 +20,23 @@ class ScheduleConfig:
     min_parallel: int = 2  # a fused outer loop shorter than this runs serially
     parallel: bool = True  # use the thread pool at all
     unroll: bool = True  # unroll the contraction's row tile
+    # poly schedule only
+    min_parallel_work: int = 4096  # statement instances in a nest before it uses threads
+    tile: tuple[int, ...] = ()  # tile sizes for fused bands; () = cache model, only where it helps
+    l1_bytes: int = 32 * 1024  # the cache model's L1 size
+    stride1_innermost: bool = True  # move the dim walking the largest array with stride 1 innermost
+    isl_timeout_s: float = 5.0  # wall-clock bound on isl's scheduler, then the plain schedule runs
 
     def __post_init__(self):
-        for f in ("vector_bytes", "tile_i", "tile_j_vectors", "min_parallel"):
+        for f in ("vector_bytes", "tile_i", "tile_j_vectors", "min_parallel", "l1_bytes", "min_parallel_work"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise CompileError(f"ScheduleConfig.{f} must be a positive int, got {v!r}")
+        if not isinstance(self.tile, tuple) or not all(
+                isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in self.tile):
+            raise CompileError(f"ScheduleConfig.tile must be a tuple of positive ints, got {self.tile!r}")
+        if not isinstance(self.isl_timeout_s, (int, float)) or not self.isl_timeout_s > 0:
+            raise CompileError(f"ScheduleConfig.isl_timeout_s must be > 0, got {self.isl_timeout_s!r}")
 
     def replace(self, **changes) -> "ScheduleConfig":
         return dataclasses.replace(self, **changes)

@@ -13,6 +13,7 @@ from tvm import te, tirx
 from ..errors import UnsupportedOpError
 from ..graph.ir import NZ, Op, Tensor
 from ..ops.registry import matmul_dims, reduce_axes
+from . import fastmath
 from .index import logical_to_nz, nz_to_logical, reshape_index
 from .lower import Lowerer, Operand, compute_dtype, logical, storage
 
@@ -321,8 +322,8 @@ def custom(lw, op, ins, out):
 
 E = elementwise
 BUILDERS: dict[str, Callable] = {
-    "Neg": E(lambda x: -x), "Abs": E(tirx.abs), "Exp": E(te.exp), "Log": E(te.log), "Sqrt": E(te.sqrt),
-    "Rsqrt": E(lambda x: _one(x) / te.sqrt(x)), "Reciprocal": E(lambda x: _div(_one(x), x)), "Tanh": E(te.tanh),
+    "Neg": E(lambda x: -x), "Abs": E(tirx.abs), "Exp": E(fastmath.exp), "Log": E(te.log), "Sqrt": E(te.sqrt),
+    "Rsqrt": E(lambda x: _one(x) / te.sqrt(x)), "Reciprocal": E(lambda x: _div(_one(x), x)), "Tanh": E(fastmath.tanh),
     "Add": E(lambda a, b: a + b), "TensorAdd": E(lambda a, b: a + b), "Sub": E(lambda a, b: a - b),
     "Mul": E(lambda a, b: fence(a * b)), "RealDiv": E(_div), "Maximum": E(tirx.max), "Minimum": E(tirx.min),
     "Pow": E(te.power),

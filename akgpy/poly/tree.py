@@ -1,0 +1,402 @@
+"""Schedule-tree passes: isl's answer reshaped into the tree akgpy generates code from.
+
+isl decides *what fuses*: its outermost band, shared by the statements it fused. Below that
+band isl orders statements by constant shifts inside one more band (`255 + k`, `510 + j`),
+which would give loops that start at odd offsets and cannot be vectorised. So:
+
+1. fusion   keep the leading members of each top-level band that are, for every statement
+            of the band, one of its own dims (coefficient 1) with one shared constant; cut at
+            the first member that is not (a shift that encodes a sequence, a skew, or a dim
+            some statement lacks). Below the cut, the statements run as a sequence in program
+            order (init before update), each over its remaining dims.
+2. order    each statement's remaining dims: the dim that walks its largest array with
+            stride 1 goes innermost (a column reduction's kept dim moves inside the reduce
+            loop); reduce dims stay in their order.
+3. tiling   a fused band of >= 2 members whose arrays are not all stride-1 along its last
+            member (a transpose) is tiled; sizes from a cache model (the tile of every array
+            it touches fits half of L1) or from TreeOptions.tile.
+4. parallel the first coincident member of each top-level band (or of a statement's own band
+            where nothing fused) with enough iterations gets a `parallel` mark.
+5. vector   an innermost coincident member that walks the statement's written array with
+            stride 1 is split into floor(d / L) and d mod L (L: lanes, dividing the extent)
+            and the latter gets a `vector` mark.
+
+Every pass keeps the schedule legal by construction, and `shape` checks the result with
+check_legal anyway (IllegalSchedule, never code). The notes say what each pass did and why.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from .checks import check_legal
+from .deps import Deps
+from .isl_util import maps_of, sets_of
+from .model import PolyModel, Statement
+
+_T = isl.schedule_node_type
+PARALLEL, VECTOR = "parallel", "vector"
+
+
+@dataclass(frozen=True)
+class TreeOptions:
+    lanes: dict[str, int] = field(default_factory=dict)  # statement -> vector lanes (1: no vector)
+    tile: tuple[int, ...] = ()  # explicit tile sizes for fused bands; () = cache model
+    l1_bytes: int = 32 * 1024
+    elem_bytes: int = 4
+    stride1_innermost: bool = True
+    parallel: bool = True
+    min_parallel: int = 2
+    min_parallel_work: int = 4096  # statement instances under a loop before threads pay off
+
+
+@dataclass
+class Shaped:
+    schedule: isl.Schedule
+    notes: list[str]
+    tiles: dict[str, tuple[int, ...]]  # band description -> tile sizes used
+
+
+# -- reading isl's answer ----------------------------------------------------------------------
+
+def _single_dim(pa: isl.PwAff) -> tuple[int, int] | None:
+    """(dim index, constant) when `pa` is exactly dim + constant on its whole domain."""
+    pieces = []
+    pa.foreach_piece(lambda _s, aff: pieces.append(aff))
+    if len(pieces) != 1:
+        return None
+    aff = pieces[0]
+    if aff.dim(isl.dim_type.div) != 0 or not aff.get_denominator_val().is_one():
+        return None
+    hit = None
+    for q in range(aff.dim(isl.dim_type.in_)):
+        c = aff.get_coefficient_val(isl.dim_type.in_, q).to_python()
+        if c == 0:
+            continue
+        if c != 1 or hit is not None:
+            return None
+        hit = q
+    return None if hit is None else (hit, int(aff.get_constant_val().to_python()))
+
+
+def _member_dims(upa: isl.UnionPwAff) -> dict[str, tuple[int, int] | None]:
+    out = {}
+    lst = upa.get_pw_aff_list()
+    for q in range(lst.n_pw_aff()):
+        pa = lst.get_at(q)
+        out[pa.get_domain_space().get_tuple_name(isl.dim_type.set)] = _single_dim(pa)
+    return out
+
+
+def _top_groups(tree: isl.Schedule) -> list[tuple[isl.UnionSet, isl.ScheduleNode | None]]:
+    """(statements, their first band) for each top-level part of isl's tree."""
+    node = tree.get_root().child(0)
+    if node.get_type() == _T.band:
+        return [(node.get_domain(), node)]
+    if node.get_type() in (_T.sequence, _T.set):
+        out = []
+        for c in range(node.n_children()):
+            f = node.child(c)
+            inner = f.child(0) if f.n_children() else None
+            out.append((f.filter_get_filter(), inner if inner is not None and inner.get_type() == _T.band else None))
+        return out
+    return [(node.get_domain(), None)]
+
+
+# -- statement facts ---------------------------------------------------------------------------
+
+def _extents(s: Statement) -> list[int]:
+    return [int(s.domain.dim_max_val(q).to_python() - s.domain.dim_min_val(q).to_python() + 1)
+            for q in range(len(s.dims))]
+
+
+def _array_size(m: isl.Map) -> int:
+    r = m.range()
+    n = 1
+    for q in range(r.dim(isl.dim_type.set)):
+        n *= int(r.dim_max_val(q).to_python() - r.dim_min_val(q).to_python() + 1)
+    return n
+
+
+def _stride1_dim(m: isl.Map) -> int | None:
+    """The statement dim that is the access's last index (coefficient 1), if any."""
+    if m.range().dim(isl.dim_type.set) == 0:
+        return None
+    pma = isl.PwMultiAff.from_map(m)
+    return (_single_dim(pma.get_pw_aff(pma.dim(isl.dim_type.out) - 1)) or (None,))[0]
+
+
+def stride1_dims(s: Statement) -> tuple[int | None, set[int]]:
+    """(dim walking the statement's largest array with stride 1, the stride-1 dims of its writes)."""
+    best, size, writes = None, -1, set()
+    for m in maps_of(s.writes):
+        d = _stride1_dim(m)
+        if d is not None:
+            writes.add(d)
+    for m, is_write in [(m, True) for m in maps_of(s.writes)] + [(m, False) for m in maps_of(s.reads)]:
+        d = _stride1_dim(m)
+        n = _array_size(m) + (1 if is_write else 0)  # ties: the written array
+        if d is not None and n > size:
+            best, size = d, n
+    return best, writes
+
+
+def _coincident_dims(s: Statement, model: PolyModel) -> set[int]:
+    """Dims along which the statement has no self dependence: every dim of a compute/init
+    (each point writes its own element), the spatial dims of a reduction update."""
+    if s.kind != "update":
+        return set(range(len(s.dims)))
+    written = set()
+    for m in maps_of(s.writes):
+        pma = isl.PwMultiAff.from_map(m)
+        for q in range(pma.dim(isl.dim_type.out)):
+            hit = _single_dim(pma.get_pw_aff(q))
+            if hit is not None:
+                written.add(hit[0])
+    return written
+
+
+# -- building the tree -------------------------------------------------------------------------
+
+def _mupa(ctx, stmts: list[Statement], exprs: dict[str, list[str]]) -> isl.MultiUnionPwAff:
+    n = len(next(iter(exprs.values())))
+    members = []
+    for q in range(n):
+        parts = [f"{s.name}[{', '.join(s.dims)}] -> [({exprs[s.name][q]})]" for s in stmts]
+        members.append("{ " + "; ".join(parts) + " }")
+    return isl.MultiUnionPwAff.read_from_str(ctx, "[" + ", ".join(members) + "]")
+
+
+def _insert_band(node, ctx, stmts, exprs, coincident: list[bool], mark: dict[int, str]):
+    """Insert a band with members exprs[stmt][q] above leaf `node`; members listed in `mark` get
+    their own single-member band under a mark. Returns the leaf below the last band."""
+    n = len(coincident)
+    q = 0
+    while q < n:
+        r = q + 1
+        while r < n and r not in mark:
+            r += 1
+        if q in mark:
+            r = q + 1
+        part = {k: v[q:r] for k, v in exprs.items()}
+        node = node.insert_partial_schedule(_mupa(ctx, stmts, part))
+        node = node.band_set_permutable(1)
+        for m in range(r - q):
+            node = node.band_member_set_coincident(m, int(coincident[q + m]))
+        if q in mark:
+            node = node.insert_mark(isl.Id(mark[q], context=ctx)).child(0)
+        node = node.child(0)
+        q = r
+    return node
+
+
+def _extent_of(model: PolyModel, stmts, exprs, q) -> int:
+    ext = 0
+    for s in stmts:
+        text = f"{{ {s.name}[{', '.join(s.dims)}] -> [({exprs[s.name][q]})] }}"
+        r = isl.Map(text, context=model.ctx).intersect_domain(s.domain).range()
+        ext = max(ext, int(r.dim_max_val(0).to_python() - r.dim_min_val(0).to_python() + 1))
+    return ext
+
+
+def _vector_split(model, opts, stmts, exprs, coincident, q, notes, where) -> bool:
+    """Split member q (the innermost) into floor(d/L), d mod L when every statement walks its
+    written array with stride 1 along it; True when done (member q+1 is the vector)."""
+    lanes = min(opts.lanes.get(s.name, 1) for s in stmts)
+    if lanes < 4 or not coincident[q]:
+        return False
+    ext = _extent_of(model, stmts, exprs, q)
+    L = max((d for d in range(4, lanes + 1) if ext % d == 0), default=0)
+    if L < 4:
+        notes.append(f"vector: {where}: extent {ext} has no divisor in [4, {lanes}]; scalar")
+        return False
+    for s in stmts:
+        e = exprs[s.name][q]
+        exprs[s.name][q:q + 1] = [f"floor(({e}) / {L})", f"({e}) mod {L}"]
+    coincident[q:q + 1] = [True, True]
+    notes.append(f"vector: {where}: innermost member split by {L} lanes")
+    return True
+
+
+def _statement_band(model, deps, s: Statement, pinned: set[int], opts: TreeOptions, notes) -> tuple:
+    """The statement's own inner band: its unpinned dims, stride-1 innermost; (exprs, coincident, mark)."""
+    dims = [q for q in range(len(s.dims)) if q not in pinned]
+    ext = _extents(s)
+    dims = [q for q in dims if ext[q] > 1] or dims[-1:]
+    if not dims:
+        return None
+    best, writes = stride1_dims(s)
+    if opts.stride1_innermost and best in dims and dims[-1] != best:
+        dims = [q for q in dims if q != best] + [best]
+        notes.append(f"order: {s.name}: {s.dims[best]} (stride 1 in its largest array) moved innermost")
+    co_dims = _coincident_dims(s, model)
+    exprs = {s.name: [s.dims[q] for q in dims]}
+    coincident = [q in co_dims for q in dims]
+    mark = {}
+    last = len(dims) - 1
+    split = dims[last] in writes and _vector_split(model, opts, [s], exprs, coincident, last, notes, s.name)
+    if split and not pinned and not coincident[0]:
+        # a column reduction: the block of columns goes outermost, so blocks run in parallel
+        # and each step of the reduction reads one contiguous vector per row
+        exprs[s.name].insert(0, exprs[s.name].pop(last))
+        coincident.insert(0, coincident.pop(last))
+        notes.append(f"order: {s.name}: vector blocks of {s.dims[dims[last]]} outermost (parallel), "
+                     "the reduction inside")
+    if split:
+        mark[len(coincident) - 1] = VECTOR
+    if opts.parallel and not pinned and coincident[0] and 0 not in mark and \
+            _extent_of(model, [s], exprs, 0) >= max(opts.min_parallel, 2) and _work([s]) >= opts.min_parallel_work:
+        mark[0] = PARALLEL
+    return exprs, coincident, mark
+
+
+def _cache_tile(opts: TreeOptions, n: int, exts: list[int]) -> tuple[int, ...]:
+    """Largest power-of-two square tile whose footprint in 2 arrays fits half of L1."""
+    t = 8
+    while 2 * (2 * t) ** 2 * opts.elem_bytes <= opts.l1_bytes // 2:
+        t *= 2
+    return tuple(min(t, e) for e in exts[:n])
+
+
+def shape(model: PolyModel, deps: Deps, tree: isl.Schedule, opts: TreeOptions) -> Shaped:
+    ctx = model.ctx
+    notes: list[str] = []
+    tiles: dict[str, tuple[int, ...]] = {}
+    order = {s.name: (s.position, 0 if s.kind == "init" else 1) for s in model.statements}
+    groups = _top_groups(tree)
+    root = isl.Schedule.from_domain(model.domain).get_root().child(0)
+    if len(groups) > 1:
+        flist = isl.UnionSetList.alloc(ctx, len(groups))
+        for f, _ in groups:
+            flist = flist.add(f)
+        root = root.insert_sequence(flist)
+        notes.append(f"fusion: isl split the kernel into {len(groups)} parts run in sequence")
+    for g, (filt, band) in enumerate(groups):
+        leaf = root.child(g).child(0) if len(groups) > 1 else root
+        stmts = sorted((model.statement(st.get_tuple_name()) for st in sets_of(filt)), key=lambda s: order[s.name])
+        leaf = _group(model, deps, leaf, stmts, band, opts, notes, tiles, f"part {g}")
+        root = _up_to_depth(leaf, 1)
+    schedule = root.get_schedule()
+    check_legal(schedule, deps)
+    return Shaped(schedule, notes, tiles)
+
+
+def _up_to_depth(node, depth: int):
+    while node.get_tree_depth() > depth:
+        node = node.parent()
+    return node
+
+
+def _group(model, deps, leaf, stmts, band, opts, notes, tiles, where):
+    """Build one top-level part under `leaf`; returns a node inside what it built."""
+    ctx = model.ctx
+    names = [s.name for s in stmts]
+    keep, consts = 0, []
+    if band is not None:
+        mupa = band.band_get_partial_schedule()
+        facts = {s.name: (stride1_dims(s)[0], sum(e > 1 for e in _extents(s))) for s in stmts}
+        for q in range(band.band_n_member()):
+            dims = _member_dims(mupa.get_at(q))
+            hits = [dims.get(n) for n in names]
+            why = None
+            if any(h is None for h in hits):
+                why = "a statement lacks it"
+            elif len({h[1] for h in hits}) != 1:
+                why = "isl shifts statements apart"
+            else:
+                strided = [n for n, h in zip(names, hits) if h[0] == facts[n][0] and facts[n][1] > q + 1]
+                if strided:
+                    why = (f"it is the stride-1 dim of {strided[0]}'s largest array and {strided[0]} has "
+                           "more loops; outside them every access would stride")
+            if why:
+                notes.append(f"fusion: {where}: isl band member {q} not kept ({why}); "
+                              "the rest runs as a sequence in program order")
+                break
+            consts.append({n: h for n, h in zip(names, hits)})
+            keep += 1
+    if keep:
+        exprs = {s.name: [s.dims[consts[q][s.name][0]] for q in range(keep)] for s in stmts}
+        coincident = [bool(band.band_member_get_coincident(q)) for q in range(keep)]
+        pinned = {s.name: {consts[q][s.name][0] for q in range(keep)} for s in stmts}
+        notes.append(f"fusion: {where}: {len(stmts)} statement(s) fused under {keep} shared loop(s) "
+                     f"({', '.join(stmts[0].dims[consts[q][stmts[0].name][0]] for q in range(keep))} of "
+                     f"{stmts[0].name})")
+        leaf = _fused_band(model, deps, leaf, stmts, exprs, coincident, pinned, opts, notes, tiles, where)
+    else:
+        pinned = {s.name: set() for s in stmts}
+    inner = [(s, _statement_band(model, deps, s, pinned[s.name], opts, notes)) for s in stmts]
+    if len(stmts) == 1:
+        if inner[0][1] is not None:
+            leaf = _insert_band(leaf, ctx, stmts, *inner[0][1])
+        return leaf
+    flist = isl.UnionSetList.alloc(ctx, len(stmts))
+    for s in stmts:
+        flist = flist.add(isl.UnionSet.from_set(s.domain))
+    seq = leaf.insert_sequence(flist)
+    for c, (s, spec) in enumerate(inner):
+        node = seq.child(c).child(0)
+        if spec is not None:
+            node = _insert_band(node, ctx, [s], *spec)
+        seq = _up_to_depth(node, seq.get_tree_depth())
+    return seq
+
+
+def _fused_band(model, deps, leaf, stmts, exprs, coincident, pinned, opts, notes, tiles, where):
+    ctx = model.ctx
+    keep = len(coincident)
+    transposed = keep >= 2 and _reads_across(stmts, exprs)
+    tile = opts.tile[:keep] if opts.tile else ()
+    if keep >= 2 and (tile or transposed):
+        exts = [_extent_of(model, stmts, exprs, q) for q in range(keep)]
+        sizes = tuple(tile) + tuple(exts[len(tile):]) if tile else _cache_tile(opts, keep, exts)
+        why = "config" if tile else "an array is read across its stride-1 dim; cache model (half of L1)"
+        notes.append(f"tiling: {where}: fused band tiled {list(sizes)} ({why})")
+        tiles[where] = sizes
+        texprs = {n: [f"floor(({e}) / {t})" for e, t in zip(v, sizes)] + list(v) for n, v in exprs.items()}
+        tco = coincident + coincident
+        mark = _parallel_mark(model, stmts, texprs, tco, opts, notes, where)
+        return _insert_band(leaf, ctx, stmts, texprs, tco, mark)
+    mark = _parallel_mark(model, stmts, exprs, coincident, opts, notes, where)
+    all_pinned = all(len(pinned[s.name]) >= sum(e > 1 for e in _extents(s)) for s in stmts)
+    last = keep - 1
+    if all_pinned and all(
+            s.dims.index(exprs[s.name][last]) in stride1_dims(s)[1] for s in stmts) and \
+            _vector_split(model, opts, stmts, exprs, coincident, last, notes, where):
+        mark[last + 1] = VECTOR
+    return _insert_band(leaf, ctx, stmts, exprs, coincident, mark)
+
+
+def _reads_across(stmts, exprs) -> bool:
+    """Does some access walk with stride 1 along a fused member other than the innermost?"""
+    for s in stmts:
+        fused = [s.dims.index(e) for e in exprs[s.name]]
+        for m in maps_of(s.writes) + maps_of(s.reads):
+            d = _stride1_dim(m)
+            if d is not None and d in fused and d != fused[-1]:
+                return True
+    return False
+
+
+def _work(stmts) -> int:
+    n = 0
+    for s in stmts:
+        k = 1
+        for e in _extents(s):
+            k *= e
+        n += k
+    return n
+
+
+def _parallel_mark(model, stmts, exprs, coincident, opts, notes, where) -> dict[int, str]:
+    if not opts.parallel:
+        return {}
+    if _work(stmts) < opts.min_parallel_work:
+        notes.append(f"parallel: {where}: {_work(stmts)} instances, under {opts.min_parallel_work}; serial")
+        return {}
+    for q, co in enumerate(coincident):
+        if co and _extent_of(model, stmts, exprs, q) >= max(opts.min_parallel, 2):
+            notes.append(f"parallel: {where}: member {q} ({exprs[stmts[0].name][q]} of {stmts[0].name})")
+            return {q: PARALLEL}
+    notes.append(f"parallel: {where}: no coincident member with enough iterations; serial")
+    return {}

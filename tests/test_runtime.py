@@ -160,14 +160,15 @@ def test_program_exposes_kernels_and_source():
 
 def test_explain_shows_path_dependences_and_tree():
     b = GraphBuilder("softmax_rows")
-    x = b.input("x", (8, 32))
+    x = b.input("x", (64, 128))
     e = b.exp(x - x.max(axis=1, keepdims=True))
     b.output(e / e.sum(axis=1, keepdims=True))
-    text = akgpy.fuse(b.build()).explain()
-    assert "schedule path: plain" in text
-    assert "== dependences" in text and "RAW" in text
-    assert "== schedule tree" in text and "band" in text
-    assert "T.parallel" in text
+    for schedule, path in [("poly", "schedule path: poly/isl-ast"), ("plain", "schedule path: plain")]:
+        text = akgpy.fuse(b.build(), schedule=schedule).explain()
+        assert path in text
+        assert "== dependences" in text and "RAW" in text
+        assert "schedule tree" in text and "band" in text
+        assert "T.parallel" in text
 
 
 def test_dump_switch(tmp_path, monkeypatch):

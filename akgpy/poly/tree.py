@@ -120,11 +120,18 @@ def _array_size(m: isl.Map) -> int:
 
 
 def _stride1_dim(m: isl.Map) -> int | None:
-    """The statement dim that is the access's last index (coefficient 1), if any."""
+    """The statement dim that moves the access's last index by 1 (8*ko + l: l), if exactly one does."""
     if m.range().dim(isl.dim_type.set) == 0:
         return None
     pma = isl.PwMultiAff.from_map(m)
-    return (_single_dim(pma.get_pw_aff(pma.dim(isl.dim_type.out) - 1)) or (None,))[0]
+    pieces = []
+    pma.get_pw_aff(pma.dim(isl.dim_type.out) - 1).foreach_piece(lambda _s, aff: pieces.append(aff))
+    if len(pieces) != 1 or pieces[0].dim(isl.dim_type.div) != 0 or not pieces[0].get_denominator_val().is_one():
+        return None
+    aff = pieces[0]
+    ones = [q for q in range(aff.dim(isl.dim_type.in_))
+            if aff.get_coefficient_val(isl.dim_type.in_, q).to_python() == 1]
+    return ones[0] if len(ones) == 1 else None
 
 
 def stride1_dims(s: Statement) -> tuple[int | None, set[int]]:

@@ -84,9 +84,9 @@ class Kernel:
         if self._report is not None:
             return "\n".join([f"== kernel {self.name}", self._report, "== scheduled TIR", self.tir])
         out = [f"== kernel {self.name}",
-               "schedule path: plain (akgpy/schedule/plain.py: inline injective blocks, parallel outer "
-               "loops, vectorised inner slices, register-tiled contractions); the isl schedule below is "
-               "analysis only until the polyhedral realisation lands"]
+               "schedule path: plain (schedule='plain': akgpy/schedule/plain.py inlines injective blocks, "
+               "runs outer loops in parallel, vectorises inner slices, register-tiles contractions); the "
+               "isl schedule below is analysis only: what schedule='poly' would start from"]
         if self._lowered is not None:
             try:
                 model = extract(self._lowered.func, self._lowered.roles)

@@ -28,6 +28,7 @@ from ..te.lower import Lowered
 from .config import ScheduleConfig, default_config
 from .isl_ast import realize
 from .plain import inline_injective, plain_schedule, tvm_dtype_bits
+from .prepass import rfactor_rows
 
 
 def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s: float | None = None):
@@ -49,8 +50,9 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
     try:
         sch = s_tir.Schedule(low.func)
         before = _block_names(sch)
-        left = set(inline_injective(sch, low))
-        inlined = [n for n in before if n not in left]
+        left = inline_injective(sch, low)
+        inlined = [n for n in before if n not in set(left)]
+        rfactored = rfactor_rows(sch, left, low.roles, cfg)
         func = sch.mod["main"]
         model = extract(func, low.roles)
         deps = dependences(model)
@@ -85,6 +87,7 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
                f"{1e3 * (t2 - t1):.0f} ms; final schedule checked against the dependences)",
                "inlined before scheduling (injective, recomputed in their consumers): "
                + (", ".join(inlined) or "none"),
+               "row reductions split into vector partial sums (rfactor): " + (", ".join(rfactored) or "none"),
                "== decisions (" + passes + ")", *notes,
                describe(model, deps, tree).replace("== schedule tree", "== isl schedule tree (before passes)"),
                "== schedule tree (after passes)", *tree_lines(final.get_root()),

@@ -1,0 +1,63 @@
+"""Statement rewrites that run before the polyhedral model is built (as AKG's passes before
+its poly pass do): they change *which statements exist*, which a schedule cannot.
+
+- inlining (plain.inline_injective): injective blocks become expressions in their consumers;
+- row-reduction rfactor: a reduction whose innermost loop walks its input with stride 1
+  accumulates into L partial sums (L = vector lanes of the accumulator) and a short final
+  reduction adds them, so the long loop is a vector loop over the L partials. The partials
+  keep the accumulator dtype (float64 for float sums), so the result is as exact as before.
+"""
+from __future__ import annotations
+
+import tvm_ffi
+from tvm import ir, s_tir
+
+from .config import ScheduleConfig
+from .plain import tvm_dtype_bits
+
+
+def rfactor_rows(sch, names: list[str], roles: dict[str, str], cfg: ScheduleConfig) -> list[str]:
+    """rfactor every stride-1 row reduction in `names`; the names of the blocks rewritten."""
+    done = []
+    for name in names:
+        if roles.get(name) != "reduce":
+            continue
+        try:
+            block = sch.get_sblock(name)
+        except (s_tir.ScheduleError, ValueError):
+            continue
+        blk = sch.get(block)
+        loops = sch.get_loops(block)
+        kinds = [int(iv.iter_type) for iv in blk.iter_vars]
+        if len(loops) != len(kinds) or not kinds or kinds[-1] != 2 or len(blk.writes) != 1:
+            continue
+        inner = blk.iter_vars[-1].var
+        if not _walks_with_stride1(blk, inner):
+            continue
+        acc_bits = tvm_dtype_bits(blk.writes[0].source.dtype)
+        lanes = max(cfg.vector_bytes * 8 // max(acc_bits, 8), 1)
+        ext = sch.get(loops[-1]).extent
+        ext = int(ext.value) if hasattr(ext, "value") else 0
+        if lanes < 4 or ext < 2 * lanes or ext % lanes:
+            continue
+        try:
+            _, ki = sch.split(loops[-1], [None, lanes])
+            sch.rfactor(ki, factor_axis=kinds.count(0))
+            done.append(name)
+        except (s_tir.ScheduleError, ValueError, RuntimeError):
+            continue
+    return done
+
+
+def _walks_with_stride1(blk, var) -> bool:
+    """Is `var` the last index of the block's largest input?"""
+    loads = []
+    tvm_ffi.structural_walk(blk.body, [(ir.TensorLoad, loads.append)])
+    best, size = None, -1
+    for ld in loads:
+        n = 1
+        for e in ld.source.shape:
+            n *= int(e.value) if hasattr(e, "value") else 1
+        if n > size and len(ld.indices):
+            best, size = ld.indices[-1], n
+    return best is not None and best.same_as(var)

@@ -22,12 +22,39 @@ def _dtype(x) -> str:
     return str(x.ty)
 
 
+def _let(value, body):
+    """body(v) with v bound once to `value`: the argument is usually a whole inlined producer
+    chain, and a tree that used it ten times would compute it ten times."""
+    if isinstance(value, (tirx.Var, tirx.FloatImm, tirx.IntImm)):
+        return body(value)
+    v = tirx.Var("fm", _dtype(value))
+    return tirx.Let(v, value, body(v))
+
+
+def _is_number(x):
+    """False only for NaN. Not isnan(): TVM's vectorizer scalarises any loop that calls it, and
+    `x == x` is folded to true by TVM's simplifier; an ordered compare with inf is neither."""
+    return tirx.abs(x) <= _c(float("inf"))
+
+
 def exp(x):
     if _dtype(x) != F32:
         return te.exp(x)
+    return _let(x, _exp)
+
+
+def _exp(x):
     xc = tirx.max(tirx.min(x, _c(88.72283935546875)), _c(-88.3762626647949))
-    n = te.floor(xc * _c(1.44269504088896341) + _c(0.5))
+    return _let(xc, lambda xc: _let(te.floor(xc * _c(1.44269504088896341) + _c(0.5)),
+                                    lambda n: _exp_reduced(x, xc, n)))
+
+
+def _exp_reduced(x, xc, n):
     r = xc - n * _c(0.693359375) - n * _c(-2.12194440e-4)  # ln 2 in two parts: r is exact
+    return _let(r, lambda r: _exp_poly(x, n, r))
+
+
+def _exp_poly(x, n, r):
     y = _c(1.9875691500e-4)
     for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
         y = y * r + _c(c)
@@ -38,7 +65,7 @@ def exp(x):
     two_n = tirx.reinterpret(F32, tirx.shift_left(e, tirx.const(23, "int32")))
     res = y * two_n * tirx.Select(ni > tirx.const(127, "int32"), _c(2.0), _c(1.0))
     res = tirx.Select(x > _c(88.72283935546875), _c(float("inf")), res)
-    return tirx.Select(tirx.isnan(x), x, res)  # NaN stays NaN
+    return tirx.Select(_is_number(x), res, x)  # NaN stays NaN
 
 
 _TANH_P = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
@@ -49,8 +76,11 @@ _TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.8
 def tanh(x):
     if _dtype(x) != F32:
         return te.tanh(x)
-    xc = tirx.max(tirx.min(x, _c(9.0)), _c(-9.0))
-    x2 = xc * xc
+    return _let(x, lambda x: _let(tirx.max(tirx.min(x, _c(9.0)), _c(-9.0)),
+                                  lambda xc: _let(xc * xc, lambda x2: _tanh(x, xc, x2))))
+
+
+def _tanh(x, xc, x2):
     p = _c(_TANH_P[0])
     for c in _TANH_P[1:]:
         p = p * x2 + _c(c)
@@ -58,4 +88,4 @@ def tanh(x):
     for c in _TANH_Q[1:]:
         q = q * x2 + _c(c)
     res = tirx.Select(tirx.abs(x) < _c(0.0004), x, xc * p / q)
-    return tirx.Select(tirx.isnan(x), x, res)
+    return tirx.Select(_is_number(x), res, x)

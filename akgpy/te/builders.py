@@ -322,7 +322,7 @@ def custom(lw, op, ins, out):
 
 E = elementwise
 BUILDERS: dict[str, Callable] = {
-    "Neg": E(lambda x: -x), "Abs": E(tirx.abs), "Exp": E(fastmath.exp), "Log": E(te.log), "Sqrt": E(te.sqrt),
+    "Neg": E(lambda x: -x), "Abs": E(tirx.abs), "Exp": E(fastmath.exp), "Log": E(fastmath.log), "Sqrt": E(te.sqrt),
     "Rsqrt": E(lambda x: _one(x) / te.sqrt(x)), "Reciprocal": E(lambda x: _div(_one(x), x)), "Tanh": E(fastmath.tanh),
     "Add": E(lambda a, b: a + b), "TensorAdd": E(lambda a, b: a + b), "Sub": E(lambda a, b: a - b),
     "Mul": E(lambda a, b: fence(a * b)), "RealDiv": E(_div), "Maximum": E(tirx.max), "Minimum": E(tirx.min),

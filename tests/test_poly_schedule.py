@@ -129,6 +129,16 @@ def test_loop_order_knob_moves_the_stride1_dim():
     assert not check_program(g, on) and not check_program(g, off)
 
 
+def test_fusion_depth_knob_unfuses_and_stays_correct():
+    g = _softmax()
+    fused = akgpy.fuse(g)
+    apart = akgpy.fuse(g, config=akgpy.ScheduleConfig(fusion_depth=0))
+    assert len(_top_level(fused.kernels[0].tir)) == 1
+    assert len(_top_level(apart.kernels[0].tir)) > 1, apart.kernels[0].tir
+    assert "stopped at fusion_depth=0" in apart.explain()
+    assert not check_program(g, apart)
+
+
 def test_isl_timeout_falls_back_to_plain_with_the_reason():
     g = _layernorm()
     prog = akgpy.fuse(g, schedule="poly", config=akgpy.ScheduleConfig(isl_timeout_s=1e-6))

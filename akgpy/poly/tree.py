@@ -46,6 +46,7 @@ class TreeOptions:
     l1_bytes: int = 32 * 1024
     elem_bytes: int = 4
     stride1_innermost: bool = True
+    fusion_depth: int = 8  # most isl band members kept as shared loops; 0 = no fusion
     parallel: bool = True
     min_parallel: int = 2
     min_parallel_work: int = 4096  # statement instances under a loop before threads pay off
@@ -304,6 +305,9 @@ def _group(model, deps, leaf, stmts, band, opts, notes, tiles, where):
         mupa = band.band_get_partial_schedule()
         facts = {s.name: (stride1_dims(s)[0], sum(e > 1 for e in _extents(s))) for s in stmts}
         for q in range(band.band_n_member()):
+            if q >= opts.fusion_depth:
+                notes.append(f"fusion: {where}: stopped at fusion_depth={opts.fusion_depth} shared loop(s)")
+                break
             dims = _member_dims(mupa.get_at(q))
             hits = [dims.get(n) for n in names]
             why = None

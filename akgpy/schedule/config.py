@@ -25,6 +25,7 @@ class ScheduleConfig:
     tile: tuple[int, ...] = ()  # tile sizes for fused bands; () = cache model, only where it helps
     l1_bytes: int = 32 * 1024  # the cache model's L1 size
     stride1_innermost: bool = True  # move the dim walking the largest array with stride 1 innermost
+    fusion_depth: int = 8  # most isl band members kept as loops shared by fused statements; 0 = none
     isl_timeout_s: float = 5.0  # wall-clock bound on isl's scheduler, then the plain schedule runs
 
     def __post_init__(self):
@@ -35,6 +36,8 @@ class ScheduleConfig:
         if not isinstance(self.tile, tuple) or not all(
                 isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in self.tile):
             raise CompileError(f"ScheduleConfig.tile must be a tuple of positive ints, got {self.tile!r}")
+        if not isinstance(self.fusion_depth, int) or isinstance(self.fusion_depth, bool) or self.fusion_depth < 0:
+            raise CompileError(f"ScheduleConfig.fusion_depth must be an int >= 0, got {self.fusion_depth!r}")
         if not isinstance(self.isl_timeout_s, (int, float)) or not self.isl_timeout_s > 0:
             raise CompileError(f"ScheduleConfig.isl_timeout_s must be > 0, got {self.isl_timeout_s!r}")
 

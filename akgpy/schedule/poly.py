@@ -105,7 +105,7 @@ def _tree_options(func, model, cfg: ScheduleConfig) -> TreeOptions:
                     for m in _maps(s.writes)), default=32)
         lanes[s.name] = max(cfg.vector_bytes * 8 // max(wide, 8), 1)
     return TreeOptions(lanes=lanes, tile=cfg.tile, l1_bytes=cfg.l1_bytes,
-                       stride1_innermost=cfg.stride1_innermost, parallel=cfg.parallel,
+                       stride1_innermost=cfg.stride1_innermost, fusion_depth=cfg.fusion_depth, parallel=cfg.parallel,
                        min_parallel=cfg.min_parallel, min_parallel_work=cfg.min_parallel_work)
 
 

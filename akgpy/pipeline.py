@@ -44,14 +44,14 @@ def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", c
     g = graph if isinstance(graph, Graph) else load_composite(graph)
     dump(ident(g.name), "0_graph.txt", g.describe)
 
-    low = lower(g)
+    low = lower(g, vector_math=schedule == "poly")
     dump(low.name, "1_te.py", low.func.script)
 
     report = None
     try:
         if schedule == "poly":
             from .schedule.poly import poly_schedule
-            mod, report = poly_schedule(low, config)
+            mod, report = poly_schedule(low, config, relower=lambda: lower(g, vector_math=False))
         else:
             mod = plain_schedule(low, config).mod
     except AkgpyError:

@@ -108,7 +108,7 @@ def test_transpose_is_tiled_by_the_cache_model_and_config_tiles_change_code():
     seen = {default.kernels[0].tir}
     for tile in [(8, 8), (4, 16)]:
         prog = akgpy.fuse(g, schedule="poly", config=akgpy.ScheduleConfig(tile=tile))
-        assert f"fused band tiled {list(tile)} (config)" in prog.explain()
+        assert f"of the fused band tiled {list(tile)} (config)" in prog.explain()
         assert not check_program(g, prog), tile
         seen.add(prog.kernels[0].tir)
     assert len(seen) == 3, "other tile sizes must give other loop nests"

@@ -260,9 +260,10 @@ def _statement_band(model, deps, s: Statement, pinned: set[int], opts: TreeOptio
 
 
 def _cache_tile(opts: TreeOptions, n: int, exts: list[int]) -> tuple[int, ...]:
-    """Largest power-of-two square tile whose footprint in 2 arrays fits half of L1."""
-    t = 8
-    while 2 * (2 * t) ** 2 * opts.elem_bytes <= opts.l1_bytes // 2:
+    """Largest power-of-two tile, t in each of the n tiled members, whose footprint in the two
+    arrays a transpose touches fits half of L1."""
+    t = 4
+    while 2 * (2 * t) ** n * opts.elem_bytes <= opts.l1_bytes // 2:
         t *= 2
     return tuple(min(t, e) for e in exts[:n])
 
@@ -357,15 +358,21 @@ def _fused_band(model, deps, leaf, stmts, exprs, coincident, pinned, opts, notes
     ctx = model.ctx
     keep = len(coincident)
     transposed = keep >= 2 and _reads_across(stmts, exprs)
-    tile = opts.tile[:keep] if opts.tile else ()
-    if keep >= 2 and (tile or transposed):
-        exts = [_extent_of(model, stmts, exprs, q) for q in range(keep)]
-        sizes = tuple(tile) + tuple(exts[len(tile):]) if tile else _cache_tile(opts, keep, exts)
-        why = "config" if tile else "an array is read across its stride-1 dim; cache model (half of L1)"
-        notes.append(f"tiling: {where}: fused band tiled {list(sizes)} ({why})")
+    if keep >= 2 and (opts.tile or transposed):
+        # tile only the members some array walks with stride 1 (the written array's and the
+        # transposed read's); the others stay whole loops outside the tiles
+        K = _stride1_members(stmts, exprs) if transposed else list(range(keep))[-len(opts.tile):]
+        exts = [_extent_of(model, stmts, exprs, q) for q in K]
+        model_sizes = _cache_tile(opts, len(K), exts)
+        sizes = tuple(min(t, e) for t, e in zip(tuple(opts.tile[:len(K)]) + model_sizes[len(opts.tile):], exts))
+        why = "config" if opts.tile else "an array is read across its stride-1 dim; cache model (half of L1)"
+        notes.append(f"tiling: {where}: members {K} of the fused band tiled {list(sizes)} ({why})")
         tiles[where] = sizes
-        texprs = {n: [f"floor(({e}) / {t})" for e, t in zip(v, sizes)] + list(v) for n, v in exprs.items()}
-        tco = coincident + coincident
+        rest = [q for q in range(keep) if q not in K]
+        size = dict(zip(K, sizes))
+        texprs = {n: [v[q] for q in rest] + [f"floor(({v[q]}) / {size[q]})" for q in K] + [v[q] for q in K]
+                  for n, v in exprs.items()}
+        tco = [coincident[q] for q in rest] + [coincident[q] for q in K] * 2
         mark = _parallel_mark(model, stmts, texprs, tco, opts, notes, where)
         return _insert_band(leaf, ctx, stmts, texprs, tco, mark)
     mark = _parallel_mark(model, stmts, exprs, coincident, opts, notes, where)
@@ -376,6 +383,18 @@ def _fused_band(model, deps, leaf, stmts, exprs, coincident, pinned, opts, notes
             _vector_split(model, opts, stmts, exprs, coincident, last, notes, where):
         mark[last + 1] = VECTOR
     return _insert_band(leaf, ctx, stmts, exprs, coincident, mark)
+
+
+def _stride1_members(stmts, exprs) -> list[int]:
+    """Fused members along which some access walks with stride 1, plus the innermost."""
+    out = {len(exprs[stmts[0].name]) - 1}
+    for s in stmts:
+        fused = [s.dims.index(e) for e in exprs[s.name]]
+        for m in maps_of(s.writes) + maps_of(s.reads):
+            d = _stride1_dim(m)
+            if d is not None and d in fused:
+                out.add(fused.index(d))
+    return sorted(out)
 
 
 def _reads_across(stmts, exprs) -> bool:

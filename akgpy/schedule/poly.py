@@ -16,6 +16,7 @@ why; a shaped tree that fails the legality check is replaced by isl's own tree, 
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import islpy as isl
 from tvm import ir, s_tir
@@ -31,15 +32,17 @@ from .plain import inline_injective, plain_schedule, tvm_dtype_bits
 from .prepass import rfactor_rows
 
 
-def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s: float | None = None):
-    """(IRModule, report): the report is the explain() text of the decisions."""
+def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s: float | None = None,
+                  relower: Callable[[], Lowered] | None = None):
+    """(IRModule, report): the report is the explain() text of the decisions. `relower` gives the
+    graph lowered for scalar loops (libm math), which the plain fallback runs faster."""
     cfg = cfg or default_config()
     timeout_s = cfg.isl_timeout_s if timeout_s is None else timeout_s
     report: list[str] = []
 
     def fallback(reason: str):
         report.insert(0, f"schedule path: plain (poly fell back: {reason})")
-        return plain_schedule(low, cfg).mod, "\n".join(report)
+        return plain_schedule(relower() if relower else low, cfg).mod, "\n".join(report)
 
     if any(r == "contract" for r in low.roles.values()):
         return plain_schedule(low, cfg).mod, (

@@ -34,6 +34,15 @@ def elementwise(fn: Callable) -> Callable:
     return build
 
 
+def math(vector_fn: Callable, libm_fn: Callable) -> Callable:
+    """An elementwise builder using `vector_fn` when the Lowerer asks for vector math, else libm."""
+    vec, lib = elementwise(vector_fn), elementwise(libm_fn)
+
+    def build(lw: Lowerer, op: Op, ins: list[Operand], out: Tensor):
+        return (vec if getattr(lw, "vector_math", True) else lib)(lw, op, ins, out)
+    return build
+
+
 def dt(x) -> str:
     """dtype of a PrimExpr (TVM 0.27 calls it `ty`)."""
     return str(x.ty)
@@ -229,12 +238,14 @@ def _reduce(kind: str):
             rv = list(rvars.values())
             return te.sum(v, axis=rv) if kind == "sum" else te.max(v, axis=rv)
 
-        nd = len(out.shape)
         if chunk_shape:
-            part = lw.compute((*out.shape, *chunk_shape), lambda *i: body(i[:nd], i[nd:]), role="reduce",
+            # chunks outermost: a column sum's partials then keep the kept dims contiguous, so
+            # each partial accumulates whole input rows with vector adds
+            nc = len(chunk_shape)
+            part = lw.compute((*chunk_shape, *out.shape), lambda *i: body(i[nc:], i[:nc]), role="reduce",
                               suffix="_partial")
             cvars = [te.reduce_axis((0, c), name=f"c{j}") for j, c in enumerate(chunk_shape)]
-            red = lw.compute(out.shape, lambda *i: te.sum(part(*i, *cvars), axis=cvars), role="reduce")
+            red = lw.compute(out.shape, lambda *i: te.sum(part(*cvars, *i), axis=cvars), role="reduce")
         else:
             red = lw.compute(out.shape, lambda *i: body(i, ()), role="reduce" if rvars else "elemwise")
         if acc_dt != out.dtype:
@@ -322,8 +333,8 @@ def custom(lw, op, ins, out):
 
 E = elementwise
 BUILDERS: dict[str, Callable] = {
-    "Neg": E(lambda x: -x), "Abs": E(tirx.abs), "Exp": E(fastmath.exp), "Log": E(fastmath.log), "Sqrt": E(te.sqrt),
-    "Rsqrt": E(lambda x: _one(x) / te.sqrt(x)), "Reciprocal": E(lambda x: _div(_one(x), x)), "Tanh": E(fastmath.tanh),
+    "Neg": E(lambda x: -x), "Abs": E(tirx.abs), "Exp": math(fastmath.exp, te.exp), "Log": math(fastmath.log, te.log), "Sqrt": E(te.sqrt),
+    "Rsqrt": E(lambda x: _one(x) / te.sqrt(x)), "Reciprocal": E(lambda x: _div(_one(x), x)), "Tanh": math(fastmath.tanh, te.tanh),
     "Add": E(lambda a, b: a + b), "TensorAdd": E(lambda a, b: a + b), "Sub": E(lambda a, b: a - b),
     "Mul": E(lambda a, b: fence(a * b)), "RealDiv": E(_div), "Maximum": E(tirx.max), "Minimum": E(tirx.min),
     "Pow": E(te.power),

@@ -83,8 +83,9 @@ class Operand:
 
 
 class Lowerer:
-    def __init__(self, g: Graph):
+    def __init__(self, g: Graph, vector_math: bool = True):
         self.g = g
+        self.vector_math = vector_math  # float32 exp/log/tanh as arithmetic (te/fastmath.py)
         self.env: dict[str, Operand] = {}
         self.placeholders: dict[str, Any] = {}
         self.roles: dict[str, str] = {}
@@ -188,8 +189,10 @@ def ident(name: str) -> str:
     return s if s and not s[0].isdigit() else f"k_{s}"
 
 
-def lower(g: Graph) -> Lowered:
-    return Lowerer(g).run()
+def lower(g: Graph, *, vector_math: bool = True) -> Lowered:
+    """`vector_math`: build float32 exp/log/tanh from arithmetic, which pays off in vector loops
+    (the poly schedule's); in scalar loops libm is faster (yolo softmax, plain: 110 vs 280 ms)."""
+    return Lowerer(g, vector_math).run()
 
 
 def logical(ins: list[Operand], out: Tensor) -> bool:

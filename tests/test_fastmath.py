@@ -93,3 +93,22 @@ def test_plain_schedule_keeps_libm_in_its_scalar_loops():
     b.output(b.exp(v).sum(axis=1))
     src = akgpy.fuse(b.build(), schedule="plain").kernels[0].source
     assert re.search(r"@expf\b|llvm\.exp\.", src)
+
+
+def test_poly_picks_libm_when_no_math_statement_is_vectorised():
+    """exp inside a reduction over a 6-wide axis: no vector loop, so the poly schedule keeps
+    its schedule but recompiles the statements with libm; a softmax keeps vector math."""
+    from akgpy.testing import check_program
+    b = GraphBuilder("scalar_math")
+    v = b.input("x", (4096, 6))
+    b.output(b.exp(v).sum(axis=1))
+    g = b.build()
+    prog = akgpy.fuse(g)
+    assert "float32 exp/log/tanh: libm" in prog.explain()
+    assert re.search(r"@expf\b|llvm\.exp\.", prog.kernels[0].source)
+    assert not check_program(g, prog)
+    b = GraphBuilder("vector_math")
+    v = b.input("x", (64, 256))
+    e = b.exp(v - v.max(axis=1, keepdims=True))
+    b.output(e / e.sum(axis=1, keepdims=True))
+    assert "float32 exp/log/tanh: vector math" in akgpy.fuse(b.build()).explain()

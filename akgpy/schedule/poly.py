@@ -51,12 +51,7 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
             "parallel tiles, epilogue blocks vectorised)")
     t0 = time.perf_counter()
     try:
-        sch = s_tir.Schedule(low.func)
-        before = _block_names(sch)
-        left = inline_injective(sch, low)
-        inlined = [n for n in before if n not in set(left)]
-        rfactored = rfactor_rows(sch, left, low.roles, cfg)
-        func = sch.mod["main"]
+        func, inlined, rfactored = _prepass(low, cfg)
         model = extract(func, low.roles)
         deps = dependences(model)
         biggest = max((e for s in model.statements for e in _extents(s)), default=1)
@@ -79,6 +74,18 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
         final, notes, passes = tree, [f"passes rejected by the legality check ({e}); isl's tree used as is"], "none"
     except Exception as e:
         final, notes, passes = tree, [f"passes failed ({type(e).__name__}: {e}); isl's tree used as is"], "none"
+    math_note = "float32 exp/log/tanh: vector math (polynomials)"
+    if relower is not None:
+        try:  # same graph, same blocks: the schedule carries over; only the math differs
+            scalar = _scalar_math_statements(func, model, final)
+            if scalar is not None:
+                libm_func, *_ = _prepass(relower(), cfg)
+                if _block_names_of(libm_func) == _block_names_of(func):
+                    func = libm_func
+                    math_note = (f"float32 exp/log/tanh: libm (no statement using them is vectorised: "
+                                 f"{', '.join(scalar)}; polynomials pay off only in vector loops)")
+        except Exception as e:  # keep the vector-math function: correct, maybe slower
+            math_note += f" (libm check failed: {type(e).__name__}: {e})"
     try:
         check_legal(final, deps)
         new_func, ast_text = realize(func, model, final)
@@ -91,11 +98,66 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
                "inlined before scheduling (injective, recomputed in their consumers): "
                + (", ".join(inlined) or "none"),
                "row reductions split into vector partial sums (rfactor): " + (", ".join(rfactored) or "none"),
+               math_note,
                "== decisions (" + passes + ")", *notes,
                describe(model, deps, tree).replace("== schedule tree", "== isl schedule tree (before passes)"),
                "== schedule tree (after passes)", *tree_lines(final.get_root()),
                "== isl AST", ast_text.rstrip()]
     return ir.IRModule({"main": new_func}), "\n".join(report)
+
+
+def _prepass(low: Lowered, cfg: ScheduleConfig):
+    """(func after inlining and row rfactor, inlined block names, rfactored block names)."""
+    sch = s_tir.Schedule(low.func)
+    before = _block_names(sch)
+    left = inline_injective(sch, low)
+    inlined = [n for n in before if n not in set(left)]
+    rfactored = rfactor_rows(sch, left, low.roles, cfg)
+    return sch.mod["main"], inlined, rfactored
+
+
+def _block_names_of(func) -> list[str]:
+    from tvm_ffi import structural_walk
+    out = []
+    structural_walk(func.body, [(s_tir.SBlock, lambda b: out.append(b.name_hint))])
+    return out
+
+
+def _scalar_math_statements(func, model, schedule: isl.Schedule) -> list[str] | None:
+    """Statements computing vector math (fastmath's `fm` lets) when none of them sits under a
+    vector mark; None when there are none, or some are vectorised."""
+    from tvm import tirx
+    from tvm_ffi import structural_walk
+    blocks = {}
+
+    def keep(b) -> None:
+        blocks.setdefault(b.name_hint, b)
+    structural_walk(func.body, [(s_tir.SBlock, keep)])
+    math = set()
+    for st in model.statements:
+        lets = []
+        b = blocks.get(st.block)
+        if b is not None:
+            structural_walk(b.body, [(tirx.Let, lambda n: lets.append(n.var.name))])
+        if "fm" in lets:
+            math.add(st.name)
+    if not math:
+        return None
+    vectorised: set[str] = set()
+
+    def visit(node):
+        if node.get_type() == isl.schedule_node_type.mark and node.mark_get_id().get_name() == "vector":
+            for st in _maps_sets(node.get_domain()):
+                vectorised.add(st)
+        for c in range(node.n_children()):
+            visit(node.child(c))
+    visit(schedule.get_root())
+    return None if math & vectorised else sorted(math)
+
+
+def _maps_sets(uset) -> list[str]:
+    from ..poly.isl_util import sets_of
+    return [s.get_tuple_name() for s in sets_of(uset)]
 
 
 def _tree_options(func, model, cfg: ScheduleConfig) -> TreeOptions:

@@ -210,3 +210,32 @@ def test_config_changes_code_and_stays_correct(schedule, build):
 def test_config_rejects_nonsense():
     with pytest.raises(akgpy.errors.CompileError, match="tile_i"):
         akgpy.ScheduleConfig(tile_i=0)
+
+
+def test_fused_band_puts_the_stride1_member_innermost():
+    """Given a tree whose permutable band runs the contiguous dim outermost (as isl may answer),
+    the order pass swaps it innermost; the result is legal and vectorised along it."""
+    import islpy as isl
+
+    from akgpy.poly import check_legal, dependences, extract
+    from akgpy.poly.tree import TreeOptions, shape
+    from akgpy.te.lower import lower
+    b = GraphBuilder("scale")
+    x = b.input("x", (64, 128))
+    b.output(x * 2.0)
+    low = lower(b.build())
+    model = extract(low.func, low.roles)
+    deps = dependences(model)
+    (s,) = model.statements
+    i, j = s.dims
+    band = isl.MultiUnionPwAff.read_from_str(model.ctx, f"[{{ {s.name}[{i}, {j}] -> [({j})] }}, "
+                                                         f"{{ {s.name}[{i}, {j}] -> [({i})] }}]")
+    node = isl.Schedule.from_domain(model.domain).get_root().child(0).insert_partial_schedule(band)
+    node = node.band_set_permutable(1).band_member_set_coincident(0, 1).band_member_set_coincident(1, 1)
+    shaped = shape(model, deps, node.get_schedule(), TreeOptions(lanes={s.name: 16}))
+    assert any("stride-1 dim; moved innermost" in n for n in shaped.notes), shaped.notes
+    check_legal(shaped.schedule, deps)
+    from akgpy.poly.explain import tree_lines
+    lines = tree_lines(shaped.schedule.get_root())
+    innermost = [line for line in lines if "coincident:" in line][-1]
+    assert "mark vector" in "\n".join(lines) and f"({j}) mod 16" in innermost, "\n".join(lines)

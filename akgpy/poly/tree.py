@@ -121,17 +121,23 @@ def _array_size(m: isl.Map) -> int:
 
 
 def _stride1_dim(m: isl.Map) -> int | None:
-    """The statement dim that moves the access's last index by 1 (8*ko + l: l), if exactly one does."""
-    if m.range().dim(isl.dim_type.set) == 0:
-        return None
+    """The statement dim that moves the access's innermost non-unit index by 1 (8*ko + l: l),
+    if exactly one does."""
+    r = m.range()
+    n = r.dim(isl.dim_type.set)
     pma = isl.PwMultiAff.from_map(m)
+    for q in reversed(range(n)):
+        if r.dim_max_val(q).to_python() != r.dim_min_val(q).to_python():
+            break
+    else:
+        return None
     pieces = []
-    pma.get_pw_aff(pma.dim(isl.dim_type.out) - 1).foreach_piece(lambda _s, aff: pieces.append(aff))
+    pma.get_pw_aff(q).foreach_piece(lambda _s, aff: pieces.append(aff))
     if len(pieces) != 1 or pieces[0].dim(isl.dim_type.div) != 0 or not pieces[0].get_denominator_val().is_one():
         return None
     aff = pieces[0]
-    ones = [q for q in range(aff.dim(isl.dim_type.in_))
-            if aff.get_coefficient_val(isl.dim_type.in_, q).to_python() == 1]
+    ones = [d for d in range(aff.dim(isl.dim_type.in_))
+            if aff.get_coefficient_val(isl.dim_type.in_, d).to_python() == 1]
     return ones[0] if len(ones) == 1 else None
 
 
@@ -304,7 +310,7 @@ def _group(model, deps, leaf, stmts, band, opts, notes, tiles, where):
     keep, consts = 0, []
     if band is not None:
         mupa = band.band_get_partial_schedule()
-        facts = {s.name: (stride1_dims(s)[0], sum(e > 1 for e in _extents(s))) for s in stmts}
+        facts = {s.name: (stride1_dims(s)[0], _extents(s)) for s in stmts}
         for q in range(band.band_n_member()):
             if q >= opts.fusion_depth:
                 notes.append(f"fusion: {where}: stopped at fusion_depth={opts.fusion_depth} shared loop(s)")
@@ -316,17 +322,28 @@ def _group(model, deps, leaf, stmts, band, opts, notes, tiles, where):
                 why = "a statement lacks it"
             elif len({h[1] for h in hits}) != 1:
                 why = "isl shifts statements apart"
-            else:
-                strided = [n for n, h in zip(names, hits) if h[0] == facts[n][0] and facts[n][1] > q + 1]
-                if strided:
-                    why = (f"it is the stride-1 dim of {strided[0]}'s largest array and {strided[0]} has "
-                           "more loops; outside them every access would stride")
             if why:
                 notes.append(f"fusion: {where}: isl band member {q} not kept ({why}); "
                               "the rest runs as a sequence in program order")
                 break
             consts.append({n: h for n, h in zip(names, hits)})
             keep += 1
+        # a kept member that is a statement's stride-1 dim must end up innermost for it: fine when
+        # the statement has no loops below the band and the band can be permuted; otherwise cut
+        permutable = bool(band.band_get_permutable()) and opts.stride1_innermost
+
+        def has_inner(n) -> bool:
+            kept = {consts[m][n][0] for m in range(keep)}
+            return any(e > 1 and d not in kept for d, e in enumerate(facts[n][1]))
+        for q in range(keep):
+            strided = [n for n in names if consts[q][n][0] == facts[n][0]
+                       and (has_inner(n) or (q != keep - 1 and not permutable))]
+            if strided:
+                notes.append(f"fusion: {where}: isl band member {q} not kept (it is the stride-1 dim of "
+                             f"{strided[0]}'s largest array and {strided[0]} has loops inside it; outside "
+                             "them every access would stride); the rest runs as a sequence in program order")
+                keep, consts = q, consts[:q]
+                break
     if keep:
         exprs = {s.name: [s.dims[consts[q][s.name][0]] for q in range(keep)] for s in stmts}
         coincident = [bool(band.band_member_get_coincident(q)) for q in range(keep)]
@@ -334,6 +351,8 @@ def _group(model, deps, leaf, stmts, band, opts, notes, tiles, where):
         notes.append(f"fusion: {where}: {len(stmts)} statement(s) fused under {keep} shared loop(s) "
                      f"({', '.join(stmts[0].dims[consts[q][stmts[0].name][0]] for q in range(keep))} of "
                      f"{stmts[0].name})")
+        if opts.stride1_innermost and band.band_get_permutable():
+            exprs, coincident = _stride1_last(stmts, exprs, coincident, pinned, notes, where)
         leaf = _fused_band(model, deps, leaf, stmts, exprs, coincident, pinned, opts, notes, tiles, where)
     else:
         pinned = {s.name: set() for s in stmts}
@@ -385,12 +404,43 @@ def _fused_band(model, deps, leaf, stmts, exprs, coincident, pinned, opts, notes
     return _insert_band(leaf, ctx, stmts, exprs, coincident, mark)
 
 
+def _stride1_last(stmts, exprs, coincident, pinned, notes, where):
+    """In a permutable fused band (any member order is legal) move the member that every
+    statement with no inner loops walks its largest array along with stride 1 innermost."""
+    want = set()
+    for s in stmts:
+        if len(pinned[s.name]) < sum(e > 1 for e in _extents(s)):
+            return exprs, coincident  # this statement has inner loops: they are innermost anyway
+        best = stride1_dims(s)[0]
+        if best is None or s.dims[best] not in exprs[s.name]:
+            return exprs, coincident
+        want.add(exprs[s.name].index(s.dims[best]))
+    if len(want) != 1:
+        return exprs, coincident
+    q = want.pop()
+    last = len(coincident) - 1
+    if q == last:
+        return exprs, coincident
+    order = [m for m in range(len(coincident)) if m != q] + [q]
+    notes.append(f"order: {where}: fused member {q} ({exprs[stmts[0].name][q]} of {stmts[0].name}) is the "
+                 "stride-1 dim; moved innermost (the band is permutable)")
+    return ({n: [v[m] for m in order] for n, v in exprs.items()}, [coincident[m] for m in order])
+
+
+def _big_accesses(s: Statement) -> list[isl.Map]:
+    """Accesses to arrays at least half the size of the statement's largest: broadcast operands
+    are small and stay in cache whatever the loop order, so they never ask for tiling."""
+    maps = maps_of(s.writes) + maps_of(s.reads)
+    biggest = max((_array_size(m) for m in maps), default=0)
+    return [m for m in maps if 2 * _array_size(m) >= biggest]
+
+
 def _stride1_members(stmts, exprs) -> list[int]:
-    """Fused members along which some access walks with stride 1, plus the innermost."""
+    """Fused members along which some big access walks with stride 1, plus the innermost."""
     out = {len(exprs[stmts[0].name]) - 1}
     for s in stmts:
         fused = [s.dims.index(e) for e in exprs[s.name]]
-        for m in maps_of(s.writes) + maps_of(s.reads):
+        for m in _big_accesses(s):
             d = _stride1_dim(m)
             if d is not None and d in fused:
                 out.add(fused.index(d))
@@ -398,10 +448,10 @@ def _stride1_members(stmts, exprs) -> list[int]:
 
 
 def _reads_across(stmts, exprs) -> bool:
-    """Does some access walk with stride 1 along a fused member other than the innermost?"""
+    """Does some big access walk with stride 1 along a fused member other than the innermost?"""
     for s in stmts:
         fused = [s.dims.index(e) for e in exprs[s.name]]
-        for m in maps_of(s.writes) + maps_of(s.reads):
+        for m in _big_accesses(s):
             d = _stride1_dim(m)
             if d is not None and d in fused and d != fused[-1]:
                 return True

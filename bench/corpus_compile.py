@@ -13,12 +13,20 @@ import json
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import akgpy
 from akgpy.testing import check_program
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+
+
+def schedule_path(prog) -> str:
+    """'poly/isl-ast', 'poly/template' or 'plain (poly fell back: <reason>)' (explain()'s line)."""
+    line = prog.explain().splitlines()[1]
+    return line.removeprefix("schedule path: ").split(":")[0] if "fell back" not in line else \
+        line.removeprefix("schedule path: ")
 
 
 def main(argv=None) -> int:
@@ -40,16 +48,19 @@ def main(argv=None) -> int:
         rel = str(f.relative_to(args.corpus))
         g = akgpy.load_composite(f)
         t0 = time.perf_counter()
+        path = "-"
         try:
             prog = akgpy.fuse(g)
             status = "ok"
         except akgpy.AkgpyError as e:
             status = f"error: {type(e).__name__}: {e}"
         dt = time.perf_counter() - t0
+        if status == "ok":
+            path = schedule_path(prog)
         if status == "ok" and args.check:
             bad = check_program(g, prog)
             status = "ok" if not bad else "mismatch: " + "; ".join(f"{m.tensor} max {m.max_abs:.3g}" for m in bad)
-        rows.append({"graph": rel, "ops": len(g.ops), "compile_s": dt, "status": status})
+        rows.append({"graph": rel, "ops": len(g.ops), "compile_s": dt, "status": status, "path": path})
         if status != "ok":
             print(f"[{i + 1}/{len(files)}] {rel}: {status[:200]}", file=sys.stderr)
     times = sorted(r["compile_s"] for r in rows if r["status"] == "ok" or not args.check)
@@ -58,6 +69,11 @@ def main(argv=None) -> int:
     print(f"graphs: {len(rows)}  passed{' (compile + reference check)' if args.check else ' (compile)'}: {ok}")
     print(f"compile time per graph: median {statistics.median(times):.3f} s, p95 {p95:.3f} s, "
           f"max {times[-1]:.3f} s, total {sum(times):.1f} s")
+    paths = Counter(r["path"].split(" (")[0] for r in rows if r["status"] == "ok")
+    print("schedule paths: " + ", ".join(f"{k}: {v}" for k, v in paths.most_common()))
+    for r in rows:
+        if "fell back" in r["path"]:
+            print(f"  fallback: {r['graph']}: {r['path'][:160]}")
     slow = sorted(rows, key=lambda r: -r["compile_s"])[:5]
     print("slowest: " + ", ".join(f"{Path(r['graph']).name[:40]} ({r['ops']} ops) {r['compile_s']:.2f} s" for r in slow))
     if args.json:

@@ -239,3 +239,22 @@ def test_fused_band_puts_the_stride1_member_innermost():
     lines = tree_lines(shaped.schedule.get_root())
     innermost = [line for line in lines if "coincident:" in line][-1]
     assert "mark vector" in "\n".join(lines) and f"({j}) mod 16" in innermost, "\n".join(lines)
+
+
+def test_short_trailing_dims_are_coalesced_into_one_vector_loop():
+    """A [..., 3, 3] tail cannot be vectorised dim by dim: the trailing members become one linear
+    member, and code generation rebuilds the dims with floordiv/floormod of the linear iterator,
+    which TVM folds into a flat address, so the machine code is packed."""
+    b = GraphBuilder("short_tail")
+    x = b.input("x", (64, 32, 3, 3))
+    y = b.input("y", (64, 32, 3, 3))
+    b.output(x * 0.5 + y)
+    g = b.build()
+    prog = akgpy.fuse(g)
+    assert "coalesced into one of 288 iterations" in prog.explain()
+    assert "T.vectorized" in prog.kernels[0].tir
+    asm = prog.kernels[0]._executable.mod.inspect_source("s")
+    packed = len(re.findall(r"^\s+v\w+ps\b", asm, re.M))
+    scalar = len(re.findall(r"^\s+v\w+ss\b", asm, re.M))
+    assert packed > 2 * scalar, (packed, scalar)
+    assert not check_program(g, prog)

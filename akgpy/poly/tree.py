@@ -57,6 +57,19 @@ class Shaped:
     schedule: isl.Schedule
     notes: list[str]
     tiles: dict[str, tuple[int, ...]]  # band description -> tile sizes used
+    coalesced: dict[str, "Coalesced"] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Coalesced:
+    """A statement whose trailing dims run as one linear loop member at schedule depth `depth`
+    (split into floor(L / lanes), L mod lanes at depth, depth + 1 when lanes > 1). Code
+    generation rebuilds the dims from the loop iterators itself: isl's AST writes them in a
+    form TVM cannot fold back into a flat, vectorisable address."""
+    depth: int
+    dims: tuple[int, ...]  # statement dim indices, outermost first
+    extents: tuple[int, ...]
+    lanes: int
 
 
 # -- reading isl's answer ----------------------------------------------------------------------
@@ -278,6 +291,7 @@ def shape(model: PolyModel, deps: Deps, tree: isl.Schedule, opts: TreeOptions) -
     ctx = model.ctx
     notes: list[str] = []
     tiles: dict[str, tuple[int, ...]] = {}
+    coalesced: dict[str, Coalesced] = {}
     order = {s.name: (s.position, 0 if s.kind == "init" else 1) for s in model.statements}
     groups = _top_groups(tree)
     root = isl.Schedule.from_domain(model.domain).get_root().child(0)
@@ -290,11 +304,11 @@ def shape(model: PolyModel, deps: Deps, tree: isl.Schedule, opts: TreeOptions) -
     for g, (filt, band) in enumerate(groups):
         leaf = root.child(g).child(0) if len(groups) > 1 else root
         stmts = sorted((model.statement(st.get_tuple_name()) for st in sets_of(filt)), key=lambda s: order[s.name])
-        leaf = _group(model, deps, leaf, stmts, band, opts, notes, tiles, f"part {g}")
+        leaf = _group(model, deps, leaf, stmts, band, opts, notes, tiles, f"part {g}", coalesced)
         root = _up_to_depth(leaf, 1)
     schedule = root.get_schedule()
     check_legal(schedule, deps)
-    return Shaped(schedule, notes, tiles)
+    return Shaped(schedule, notes, tiles, coalesced)
 
 
 def _up_to_depth(node, depth: int):
@@ -303,7 +317,7 @@ def _up_to_depth(node, depth: int):
     return node
 
 
-def _group(model, deps, leaf, stmts, band, opts, notes, tiles, where):
+def _group(model, deps, leaf, stmts, band, opts, notes, tiles, where, coalesced):
     """Build one top-level part under `leaf`; returns a node inside what it built."""
     ctx = model.ctx
     names = [s.name for s in stmts]
@@ -353,7 +367,8 @@ def _group(model, deps, leaf, stmts, band, opts, notes, tiles, where):
                      f"{stmts[0].name})")
         if opts.stride1_innermost and band.band_get_permutable():
             exprs, coincident = _stride1_last(stmts, exprs, coincident, pinned, notes, where)
-        leaf = _fused_band(model, deps, leaf, stmts, exprs, coincident, pinned, opts, notes, tiles, where)
+        leaf = _fused_band(model, deps, leaf, stmts, exprs, coincident, pinned, opts, notes, tiles, where,
+                           coalesced)
     else:
         pinned = {s.name: set() for s in stmts}
     inner = [(s, _statement_band(model, deps, s, pinned[s.name], opts, notes)) for s in stmts]
@@ -373,7 +388,7 @@ def _group(model, deps, leaf, stmts, band, opts, notes, tiles, where):
     return seq
 
 
-def _fused_band(model, deps, leaf, stmts, exprs, coincident, pinned, opts, notes, tiles, where):
+def _fused_band(model, deps, leaf, stmts, exprs, coincident, pinned, opts, notes, tiles, where, coalesced):
     ctx = model.ctx
     keep = len(coincident)
     transposed = keep >= 2 and _reads_across(stmts, exprs)
@@ -394,14 +409,72 @@ def _fused_band(model, deps, leaf, stmts, exprs, coincident, pinned, opts, notes
         tco = [coincident[q] for q in rest] + [coincident[q] for q in K] * 2
         mark = _parallel_mark(model, stmts, texprs, tco, opts, notes, where)
         return _insert_band(leaf, ctx, stmts, texprs, tco, mark)
-    mark = _parallel_mark(model, stmts, exprs, coincident, opts, notes, where)
     all_pinned = all(len(pinned[s.name]) >= sum(e > 1 for e in _extents(s)) for s in stmts)
-    last = keep - 1
-    if all_pinned and all(
-            s.dims.index(exprs[s.name][last]) in stride1_dims(s)[1] for s in stmts) and \
-            _vector_split(model, opts, stmts, exprs, coincident, last, notes, where):
+    tail = None
+    if all_pinned:
+        exprs, coincident, tail = _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where)
+    mark = _parallel_mark(model, stmts, exprs, coincident, opts, notes, where)
+    last = len(coincident) - 1
+    vector = all_pinned and (tail is not None or all(
+        s.dims.index(exprs[s.name][last]) in stride1_dims(s)[1] for s in stmts)) and \
+        _vector_split(model, opts, stmts, exprs, coincident, last, notes, where)
+    if vector:
         mark[last + 1] = VECTOR
+    if tail is not None:
+        lanes = _extent_of(model, stmts, exprs, last + 1) if vector else 1
+        for s in stmts:
+            exts, dims = _extents(s), tail[s.name]
+            coalesced[s.name] = Coalesced(last, tuple(dims), tuple(exts[d] for d in dims), lanes)
     return _insert_band(leaf, ctx, stmts, exprs, coincident, mark)
+
+
+def _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where):
+    """Trailing members too short to vectorise (a [..., 3, 3] tail) become one linear member
+    9*i2 + 3*i3 + i4 when they are every statement's trailing dims and its written array's
+    trailing indices, so the linear member walks that array with stride 1. Returns
+    (exprs, coincident, {statement: coalesced dim indices} or None)."""
+    lanes = min(opts.lanes.get(s.name, 1) for s in stmts)
+    last = len(coincident) - 1
+    if lanes < 4 or last < 1:
+        return exprs, coincident, None
+    ext = _extent_of(model, stmts, exprs, last)
+    if any(ext % d == 0 for d in range(4, lanes + 1)):
+        return exprs, coincident, None
+    q, total = last, ext
+    while q - 1 >= 1 and total < 4 * lanes and coincident[q - 1] and \
+            all(_contiguous_tail(s, exprs[s.name][q - 1:]) for s in stmts):
+        q -= 1
+        total *= _extent_of(model, stmts, exprs, q)
+    if q == last:
+        return exprs, coincident, None
+    new, dims = {}, {}
+    for s in stmts:
+        exts = dict(zip(s.dims, _extents(s)))
+        terms, stride = [], 1
+        for d in reversed(exprs[s.name][q:]):
+            terms.append(f"{stride} * {d}")
+            stride *= exts[d]
+        new[s.name] = exprs[s.name][:q] + [" + ".join(reversed(terms))]
+        dims[s.name] = [s.dims.index(d) for d in exprs[s.name][q:]]
+    notes.append(f"order: {where}: members {q}..{last} coalesced into one of {total} iterations "
+                 f"(the innermost had {ext}, too short to vectorise)")
+    return new, coincident[:q] + [all(coincident[q:])], dims
+
+
+def _contiguous_tail(s: Statement, dims: list[str]) -> bool:
+    """Are `dims` the statement's trailing dims and its writes' trailing indices, in order?"""
+    if s.dims[-len(dims):] != dims:
+        return False
+    for m in maps_of(s.writes):
+        pma = isl.PwMultiAff.from_map(m)
+        n = pma.dim(isl.dim_type.out)
+        if n < len(dims):
+            return False
+        for k, d in enumerate(dims):
+            hit = _single_dim(pma.get_pw_aff(n - len(dims) + k))
+            if hit is None or hit != (s.dims.index(d), 0):
+                return False
+    return True
 
 
 def _stride1_last(stmts, exprs, coincident, pinned, notes, where):

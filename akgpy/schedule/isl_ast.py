@@ -28,10 +28,13 @@ def build_ast(schedule: isl.Schedule) -> isl.AstNode:
     return isl.AstBuild.from_context(isl.Set("{ : }", context=ctx)).node_from_schedule(schedule)
 
 
-def realize(func, model: PolyModel, schedule: isl.Schedule) -> tuple[tirx.PrimFunc, str]:
-    """(the PrimFunc whose body is the isl AST of `schedule`, the AST as C text for explain)."""
+def realize(func, model: PolyModel, schedule: isl.Schedule,
+            coalesced: dict | None = None) -> tuple[tirx.PrimFunc, str]:
+    """(the PrimFunc whose body is the isl AST of `schedule`, the AST as C text for explain).
+    `coalesced`: tree.Coalesced records; those statements get their coalesced dims from the
+    loop iterators (isl names the iterator of schedule depth d `c<d>`)."""
     ast = build_ast(schedule)
-    gen = _Gen(func, model)
+    gen = _Gen(func, model, coalesced or {})
     body = gen.node(ast)
     root = gen.root
     new_root = s_tir.SBlock([], [], [], "root", body, None, list(root.alloc_buffers), list(root.match_buffers))
@@ -39,7 +42,8 @@ def realize(func, model: PolyModel, schedule: isl.Schedule) -> tuple[tirx.PrimFu
 
 
 class _Gen:
-    def __init__(self, func, model: PolyModel):
+    def __init__(self, func, model: PolyModel, coalesced: dict):
+        self.coalesced = coalesced
         realizes = []
         tvm_ffi.structural_walk(func.body, [(s_tir.SBlockRealize, realizes.append)], order="pre")
         self.root = next(r.block for r in realizes if r.block.name_hint == "root")
@@ -106,9 +110,31 @@ class _Gen:
         name = e.get_op_arg(0).get_id().get_name()
         block = self.stmts[name]
         args = [self.expr(e.get_op_arg(q)) for q in range(1, e.get_op_n_arg())]
+        if name in self.coalesced:
+            args = self.uncoalesce(self.coalesced[name], args)
         values = [a if str(a.ty) == str(iv.var.ty) else tirx.Cast(str(iv.var.ty), a)
                   for a, iv in zip(args, block.iter_vars)]
         return s_tir.SBlockRealize(values, True, block)
+
+    def uncoalesce(self, c, args: list) -> list:
+        """dims = digits of the linear iterator L = c<d> * lanes + c<d+1> in the mixed radix of
+        their extents: floor(L / 9), floor(L / 3) mod 3, L mod 3 fold back into a flat address
+        TVM can vectorise. Unchanged (still correct) when a loop was degenerate and has no
+        iterator."""
+        names = [f"c{c.depth}"] + ([f"c{c.depth + 1}"] if c.lanes > 1 else [])
+        if not all(n in self.vars for n in names):
+            return args
+        lin = self.vars[names[0]]
+        if c.lanes > 1:
+            lin = lin * tirx.IntImm(self.index, c.lanes) + self.vars[names[1]]
+        out = list(args)
+        for k, (d, ext) in enumerate(zip(c.dims, c.extents)):
+            stride = 1
+            for e in c.extents[k + 1:]:
+                stride *= e
+            v = tirx.FloorDiv(lin, tirx.IntImm(self.index, stride)) if stride > 1 else lin
+            out[d] = v if k == 0 else tirx.FloorMod(v, tirx.IntImm(self.index, ext))
+        return out
 
     # -- expressions --------------------------------------------------------------------------
     def expr(self, e):

@@ -69,11 +69,11 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
     opts = _tree_options(func, model, cfg)
     try:
         shaped = shape(model, deps, tree, opts)
-        final, notes, passes = shaped.schedule, shaped.notes, "akgpy passes"
+        final, notes, passes, coalesced = shaped.schedule, shaped.notes, "akgpy passes", shaped.coalesced
     except IllegalSchedule as e:
-        final, notes, passes = tree, [f"passes rejected by the legality check ({e}); isl's tree used as is"], "none"
+        final, notes, passes, coalesced = tree, [f"passes rejected by the legality check ({e}); isl's tree used as is"], "none", {}
     except Exception as e:
-        final, notes, passes = tree, [f"passes failed ({type(e).__name__}: {e}); isl's tree used as is"], "none"
+        final, notes, passes, coalesced = tree, [f"passes failed ({type(e).__name__}: {e}); isl's tree used as is"], "none", {}
     math_note = "float32 exp/log/tanh: vector math (polynomials)"
     if relower is not None:
         try:  # same graph, same blocks: the schedule carries over; only the math differs
@@ -88,7 +88,7 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
             math_note += f" (libm check failed: {type(e).__name__}: {e})"
     try:
         check_legal(final, deps)
-        new_func, ast_text = realize(func, model, final)
+        new_func, ast_text = realize(func, model, final, coalesced)
     except Exception as e:
         return fallback(f"code generation from the isl AST failed: {type(e).__name__}: {e}")
     t2 = time.perf_counter()

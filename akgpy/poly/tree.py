@@ -7,17 +7,20 @@ which would give loops that start at odd offsets and cannot be vectorised. So:
 1. fusion   keep the leading members of each top-level band that are, for every statement
             of the band, one of its own dims (coefficient 1) with one shared constant; cut at
             the first member that is not (a shift that encodes a sequence, a skew, or a dim
-            some statement lacks). Below the cut, the statements run as a sequence in program
-            order (init before update), each over its remaining dims.
-2. order    each statement's remaining dims: the dim that walks its largest array with
-            stride 1 goes innermost (a column reduction's kept dim moves inside the reduce
-            loop); reduce dims stay in their order.
-3. tiling   a fused band of >= 2 members whose arrays are not all stride-1 along its last
-            member (a transpose) is tiled; sizes from a cache model (the tile of every array
-            it touches fits half of L1) or from TreeOptions.tile.
+            some statement lacks), or that is a statement's stride-1 dim while the statement
+            has loops inside the band. Below the cut, the statements run as a sequence in
+            program order (init before update), each over its remaining dims.
+2. order    a permutable fused band puts its stride-1 member innermost; each statement's
+            remaining dims put the dim that walks its largest array with stride 1 innermost
+            (a column reduction's kept dim moves inside the reduce loop).
+3. tiling   a fused band where a big array is read across its stride-1 dim (a transpose) is
+            tiled in its stride-1 members; sizes from a cache model (the tile of both arrays
+            fits half of L1) or from TreeOptions.tile.
 4. parallel the first coincident member of each top-level band (or of a statement's own band
-            where nothing fused) with enough iterations gets a `parallel` mark.
-5. vector   an innermost coincident member that walks the statement's written array with
+            where nothing fused) with enough iterations and work gets a `parallel` mark.
+5. coalesce a fused band's short contiguous tail ([..., 3, 3]) becomes one linear member;
+            codegen rebuilds the dims from the iterators (see Coalesced).
+6. vector   an innermost coincident member that walks the statement's written array with
             stride 1 is split into floor(d / L) and d mod L (L: lanes, dividing the extent)
             and the latter gets a `vector` mark.
 

@@ -93,7 +93,7 @@ def _spatial(sch, block, cfg: ScheduleConfig) -> None:
         _parallel(sch, sch.fuse(*outer) if len(outer) > 1 else outer[0], cfg)
 
 
-def _contiguous_iter(blk) -> int | None:
+def contiguous_iter(blk) -> int | None:
     """Index of the block iter var that walks the largest input with stride 1 (its last index)."""
     loads = []
     tvm_ffi.structural_walk(blk.body, [(ir.TensorLoad, loads.append)])
@@ -122,7 +122,7 @@ def _reduction(sch, block, cfg: ScheduleConfig) -> None:
         return
     spatial = [l for l, k in zip(loops, kinds) if k == 0]
     reduce = [l for l, k in zip(loops, kinds) if k != 0]
-    q = _contiguous_iter(blk)
+    q = contiguous_iter(blk)
     if q is not None and kinds[q] == 0 and reduce and _extent(sch, loops[q]) >= 4:
         inner = loops[q]
         outer = [l for l in spatial if not l.same_as(inner)]

@@ -9,11 +9,10 @@ its poly pass do): they change *which statements exist*, which a schedule cannot
 """
 from __future__ import annotations
 
-import tvm_ffi
-from tvm import ir, s_tir
+from tvm import s_tir
 
 from .config import ScheduleConfig
-from .plain import tvm_dtype_bits
+from .plain import contiguous_iter, tvm_dtype_bits
 
 
 def rfactor_rows(sch, names: list[str], roles: dict[str, str], cfg: ScheduleConfig) -> list[str]:
@@ -31,8 +30,7 @@ def rfactor_rows(sch, names: list[str], roles: dict[str, str], cfg: ScheduleConf
         kinds = [int(iv.iter_type) for iv in blk.iter_vars]
         if len(loops) != len(kinds) or not kinds or kinds[-1] != 2 or len(blk.writes) != 1:
             continue
-        inner = blk.iter_vars[-1].var
-        if not _walks_with_stride1(blk, inner):
+        if contiguous_iter(blk) != len(kinds) - 1:  # the innermost loop must walk the input
             continue
         acc_bits = tvm_dtype_bits(blk.writes[0].source.dtype)
         lanes = max(cfg.vector_bytes * 8 // max(acc_bits, 8), 1)
@@ -47,17 +45,3 @@ def rfactor_rows(sch, names: list[str], roles: dict[str, str], cfg: ScheduleConf
         except (s_tir.ScheduleError, ValueError, RuntimeError):
             continue
     return done
-
-
-def _walks_with_stride1(blk, var) -> bool:
-    """Is `var` the last index of the block's largest input?"""
-    loads = []
-    tvm_ffi.structural_walk(blk.body, [(ir.TensorLoad, loads.append)])
-    best, size = None, -1
-    for ld in loads:
-        n = 1
-        for e in ld.source.shape:
-            n *= int(e.value) if hasattr(e, "value") else 1
-        if n > size and len(ld.indices):
-            best, size = ld.indices[-1], n
-    return best is not None and best.same_as(var)

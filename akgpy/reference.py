@@ -130,14 +130,20 @@ def _cast(op, args, ins, out):
     return x
 
 
+# Ops that are one numpy function in any dtype (also used by bench/peers.py's numpy peer).
+UFUNCS: dict[str, Callable] = {
+    "Neg": np.negative, "Abs": np.abs, "Exp": np.exp, "Log": np.log, "Sqrt": np.sqrt,
+    "Rsqrt": lambda x: 1.0 / np.sqrt(x), "Reciprocal": lambda x: 1.0 / x, "Tanh": np.tanh,
+    "Add": np.add, "TensorAdd": np.add, "Sub": np.subtract, "Mul": np.multiply,
+    "Maximum": np.maximum, "Minimum": np.minimum, "Pow": np.power,
+    "Greater": np.greater, "GreaterEqual": np.greater_equal, "Less": np.less,
+    "LessEqual": np.less_equal, "Equal": np.equal,
+}
+
 E = _elementwise
 REFERENCE: dict[str, Callable[[Op, list, list[Tensor], Tensor], Any]] = {
-    "Neg": E(np.negative), "Abs": E(np.abs), "Exp": E(np.exp), "Log": E(np.log), "Sqrt": E(np.sqrt),
-    "Rsqrt": E(lambda x: 1.0 / np.sqrt(x)), "Reciprocal": E(lambda x: 1.0 / x), "Tanh": E(np.tanh),
-    "Add": E(np.add), "TensorAdd": E(np.add), "Sub": E(np.subtract), "Mul": E(np.multiply),
-    "RealDiv": E(_truediv), "Maximum": E(np.maximum), "Minimum": E(np.minimum), "Pow": E(np.power),
-    "Greater": E(np.greater), "GreaterEqual": E(np.greater_equal), "Less": E(np.less),
-    "LessEqual": E(np.less_equal), "Equal": E(np.equal),
+    **{name: E(fn) for name, fn in UFUNCS.items()},
+    "RealDiv": E(_truediv),
     "Select": E(lambda c, x, y: np.where(c != 0, x, y)),
     "Cast": _cast,
     "AddN": None,  # evaluate(): a left fold rounding every partial sum (topi elemwise_sum, AKG's generator)

@@ -22,6 +22,7 @@ import numpy as np
 from akgpy import dtypes
 from akgpy.graph.ir import NZ, Graph, Op, Tensor
 from akgpy.ops.registry import matmul_dims, reduce_axes
+from akgpy.reference import UFUNCS
 
 
 class Unsupported(Exception):
@@ -102,12 +103,8 @@ def _np_pad(op, ins, out):
 
 
 NUMPY_OPS: dict[str, Callable] = {
-    "Neg": _ew(np.negative), "Abs": _ew(np.abs), "Exp": _ew(np.exp), "Log": _ew(np.log), "Sqrt": _ew(np.sqrt),
-    "Rsqrt": _ew(lambda x: 1 / np.sqrt(x)), "Reciprocal": _ew(lambda x: 1 / x), "Tanh": _ew(np.tanh),
-    "Add": _ew(np.add), "TensorAdd": _ew(np.add), "Sub": _ew(np.subtract), "Mul": _ew(np.multiply),
-    "RealDiv": _ew(_np_div), "Maximum": _ew(np.maximum), "Minimum": _ew(np.minimum), "Pow": _ew(np.power),
-    "Greater": _ew(np.greater), "GreaterEqual": _ew(np.greater_equal), "Less": _ew(np.less),
-    "LessEqual": _ew(np.less_equal), "Equal": _ew(np.equal),
+    **{name: _ew(fn) for name, fn in UFUNCS.items()},
+    "RealDiv": _ew(_np_div),
     "Select": _ew(lambda c, x, y: np.where(c if np.asarray(c).dtype == np.bool_ else c != 0, x, y)),
     "Cast": _np_cast, "AddN": _np_addn,
     "BroadcastTo": lambda op, ins, out: (lambda x: np.broadcast_to(x, out.shape)),

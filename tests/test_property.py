@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -12,7 +11,7 @@ import pytest
 
 import akgpy
 from akgpy import GraphBuilder
-from akgpy.graph.ir import Graph, Op, Tensor
+from akgpy.graph.ir import Graph, Op
 from akgpy.testing import check_program
 
 UNARY = ["Neg", "Abs", "Tanh", "SqrtPos", "LogPos", "ExpNeg"]

@@ -105,7 +105,6 @@ def load_composite(src: Any) -> Graph:
         raise FormatError(f"{origin}: 'op' (the kernel name) must be a string")
 
     tensors: dict[str, Tensor] = {}
-    renamed: dict[tuple[int, str], str] = {}  # (op index, const name) -> unique name
 
     def define(t: Tensor, *, op: str | None) -> None:
         old = tensors.get(t.name)

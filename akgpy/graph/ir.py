@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .. import dtypes
-from ..errors import ShapeError, UnsupportedOpError
+from ..errors import ShapeError
 
 NZ = "FRACTAL_NZ"
 

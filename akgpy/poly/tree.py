@@ -123,7 +123,8 @@ def _top_groups(tree: isl.Schedule) -> list[tuple[isl.UnionSet, isl.ScheduleNode
 
 # -- statement facts ---------------------------------------------------------------------------
 
-def _extents(s: Statement) -> list[int]:
+def extents(s: Statement) -> list[int]:
+    """Extent of each dim of the statement's (box) domain."""
     return [int(s.domain.dim_max_val(q).to_python() - s.domain.dim_min_val(q).to_python() + 1)
             for q in range(len(s.dims))]
 
@@ -172,7 +173,7 @@ def stride1_dims(s: Statement) -> tuple[int | None, set[int]]:
     return best, writes
 
 
-def _coincident_dims(s: Statement, model: PolyModel) -> set[int]:
+def _coincident_dims(s: Statement) -> set[int]:
     """Dims along which the statement has no self dependence: every dim of a compute/init
     (each point writes its own element), the spatial dims of a reduction update."""
     if s.kind != "update":
@@ -249,10 +250,10 @@ def _vector_split(model, opts, stmts, exprs, coincident, q, notes, where) -> boo
     return True
 
 
-def _statement_band(model, deps, s: Statement, pinned: set[int], opts: TreeOptions, notes) -> tuple:
+def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, notes) -> tuple:
     """The statement's own inner band: its unpinned dims, stride-1 innermost; (exprs, coincident, mark)."""
     dims = [q for q in range(len(s.dims)) if q not in pinned]
-    ext = _extents(s)
+    ext = extents(s)
     dims = [q for q in dims if ext[q] > 1] or dims[-1:]
     if not dims:
         return None
@@ -260,7 +261,7 @@ def _statement_band(model, deps, s: Statement, pinned: set[int], opts: TreeOptio
     if opts.stride1_innermost and best in dims and dims[-1] != best:
         dims = [q for q in dims if q != best] + [best]
         notes.append(f"order: {s.name}: {s.dims[best]} (stride 1 in its largest array) moved innermost")
-    co_dims = _coincident_dims(s, model)
+    co_dims = _coincident_dims(s)
     exprs = {s.name: [s.dims[q] for q in dims]}
     coincident = [q in co_dims for q in dims]
     mark = {}
@@ -307,7 +308,7 @@ def shape(model: PolyModel, deps: Deps, tree: isl.Schedule, opts: TreeOptions) -
     for g, (filt, band) in enumerate(groups):
         leaf = root.child(g).child(0) if len(groups) > 1 else root
         stmts = sorted((model.statement(st.get_tuple_name()) for st in sets_of(filt)), key=lambda s: order[s.name])
-        leaf = _group(model, deps, leaf, stmts, band, opts, notes, tiles, f"part {g}", coalesced)
+        leaf = _group(model, leaf, stmts, band, opts, notes, tiles, f"part {g}", coalesced)
         root = _up_to_depth(leaf, 1)
     schedule = root.get_schedule()
     check_legal(schedule, deps)
@@ -320,14 +321,14 @@ def _up_to_depth(node, depth: int):
     return node
 
 
-def _group(model, deps, leaf, stmts, band, opts, notes, tiles, where, coalesced):
+def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced):
     """Build one top-level part under `leaf`; returns a node inside what it built."""
     ctx = model.ctx
     names = [s.name for s in stmts]
     keep, consts = 0, []
     if band is not None:
         mupa = band.band_get_partial_schedule()
-        facts = {s.name: (stride1_dims(s)[0], _extents(s)) for s in stmts}
+        facts = {s.name: (stride1_dims(s)[0], extents(s)) for s in stmts}
         for q in range(band.band_n_member()):
             if q >= opts.fusion_depth:
                 notes.append(f"fusion: {where}: stopped at fusion_depth={opts.fusion_depth} shared loop(s)")
@@ -370,11 +371,11 @@ def _group(model, deps, leaf, stmts, band, opts, notes, tiles, where, coalesced)
                      f"{stmts[0].name})")
         if opts.stride1_innermost and band.band_get_permutable():
             exprs, coincident = _stride1_last(stmts, exprs, coincident, pinned, notes, where)
-        leaf = _fused_band(model, deps, leaf, stmts, exprs, coincident, pinned, opts, notes, tiles, where,
+        leaf = _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tiles, where,
                            coalesced)
     else:
         pinned = {s.name: set() for s in stmts}
-    inner = [(s, _statement_band(model, deps, s, pinned[s.name], opts, notes)) for s in stmts]
+    inner = [(s, _statement_band(model, s, pinned[s.name], opts, notes)) for s in stmts]
     if len(stmts) == 1:
         if inner[0][1] is not None:
             leaf = _insert_band(leaf, ctx, stmts, *inner[0][1])
@@ -391,10 +392,10 @@ def _group(model, deps, leaf, stmts, band, opts, notes, tiles, where, coalesced)
     return seq
 
 
-def _fused_band(model, deps, leaf, stmts, exprs, coincident, pinned, opts, notes, tiles, where, coalesced):
+def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tiles, where, coalesced):
     ctx = model.ctx
     keep = len(coincident)
-    transposed = keep >= 2 and _reads_across(stmts, exprs)
+    transposed = keep >= 2 and len(_stride1_members(stmts, exprs)) > 1  # a big array read across
     if keep >= 2 and (opts.tile or transposed):
         # tile only the members some array walks with stride 1 (the written array's and the
         # transposed read's); the others stay whole loops outside the tiles
@@ -412,7 +413,7 @@ def _fused_band(model, deps, leaf, stmts, exprs, coincident, pinned, opts, notes
         tco = [coincident[q] for q in rest] + [coincident[q] for q in K] * 2
         mark = _parallel_mark(model, stmts, texprs, tco, opts, notes, where)
         return _insert_band(leaf, ctx, stmts, texprs, tco, mark)
-    all_pinned = all(len(pinned[s.name]) >= sum(e > 1 for e in _extents(s)) for s in stmts)
+    all_pinned = all(len(pinned[s.name]) >= sum(e > 1 for e in extents(s)) for s in stmts)
     tail = None
     if all_pinned:
         exprs, coincident, tail = _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where)
@@ -426,7 +427,7 @@ def _fused_band(model, deps, leaf, stmts, exprs, coincident, pinned, opts, notes
     if tail is not None:
         lanes = _extent_of(model, stmts, exprs, last + 1) if vector else 1
         for s in stmts:
-            exts, dims = _extents(s), tail[s.name]
+            exts, dims = extents(s), tail[s.name]
             coalesced[s.name] = Coalesced(last, tuple(dims), tuple(exts[d] for d in dims), lanes)
     return _insert_band(leaf, ctx, stmts, exprs, coincident, mark)
 
@@ -452,7 +453,7 @@ def _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where):
         return exprs, coincident, None
     new, dims = {}, {}
     for s in stmts:
-        exts = dict(zip(s.dims, _extents(s)))
+        exts = dict(zip(s.dims, extents(s)))
         terms, stride = [], 1
         for d in reversed(exprs[s.name][q:]):
             terms.append(f"{stride} * {d}")
@@ -485,7 +486,7 @@ def _stride1_last(stmts, exprs, coincident, pinned, notes, where):
     statement with no inner loops walks its largest array along with stride 1 innermost."""
     want = set()
     for s in stmts:
-        if len(pinned[s.name]) < sum(e > 1 for e in _extents(s)):
+        if len(pinned[s.name]) < sum(e > 1 for e in extents(s)):
             return exprs, coincident  # this statement has inner loops: they are innermost anyway
         best = stride1_dims(s)[0]
         if best is None or s.dims[best] not in exprs[s.name]:
@@ -523,22 +524,11 @@ def _stride1_members(stmts, exprs) -> list[int]:
     return sorted(out)
 
 
-def _reads_across(stmts, exprs) -> bool:
-    """Does some big access walk with stride 1 along a fused member other than the innermost?"""
-    for s in stmts:
-        fused = [s.dims.index(e) for e in exprs[s.name]]
-        for m in _big_accesses(s):
-            d = _stride1_dim(m)
-            if d is not None and d in fused and d != fused[-1]:
-                return True
-    return False
-
-
 def _work(stmts) -> int:
     n = 0
     for s in stmts:
         k = 1
-        for e in _extents(s):
+        for e in extents(s):
             k *= e
         n += k
     return n

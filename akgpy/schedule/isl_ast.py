@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import islpy as isl
 import tvm_ffi
-from tvm import ir, s_tir, tirx
+from tvm import s_tir, tirx
+from tvm.sym import Analyzer
 
 from ..errors import CompileError
 from ..poly.model import PolyModel
@@ -44,6 +45,7 @@ def realize(func, model: PolyModel, schedule: isl.Schedule,
 class _Gen:
     def __init__(self, func, model: PolyModel, coalesced: dict):
         self.coalesced = coalesced
+        self.analyzer = Analyzer()  # one per kernel: it keeps state, compiles may run on threads
         realizes = []
         tvm_ffi.structural_walk(func.body, [(s_tir.SBlockRealize, realizes.append)], order="pre")
         self.root = next(r.block for r in realizes if r.block.name_hint == "root")
@@ -101,7 +103,7 @@ class _Gen:
             body = self.node(nd.for_get_body())
         finally:
             self.kind = kind
-        extent = _fold(extent)
+        extent = self.analyzer.simplify(extent)  # vector loops need a constant extent
         if kind == tirx.ForKind.VECTORIZED and not isinstance(extent, tirx.IntImm):
             kind = tirx.ForKind.SERIAL
         return tirx.For(var, lo, extent, kind or tirx.ForKind.SERIAL, body)
@@ -167,15 +169,6 @@ _BIN = {
     _O.eq: tirx.EQ, _O.le: tirx.LE, _O.lt: tirx.LT, _O.ge: tirx.GE, _O.gt: tirx.GT,
     _O.and_: tirx.And, _O.and_then: tirx.And, _O.or_: tirx.Or, _O.or_else: tirx.Or,
 }
-
-
-def _fold(e):
-    """Constant-fold an extent built from integer immediates (vector loops need a constant)."""
-    try:
-        from tvm.sym import Analyzer
-        return Analyzer().simplify(e)
-    except Exception:
-        return e
 
 
 def _statement_block(blk, kind: str):

@@ -19,12 +19,15 @@ import time
 from typing import Callable
 
 import islpy as isl
-from tvm import ir, s_tir
+from tvm import ir, s_tir, tirx
+from tvm_ffi import structural_walk
 
 from ..errors import AkgpyError
 from ..poly import IllegalSchedule, check_legal, compute_schedule_bounded, dependences, describe, extract
 from ..poly.explain import tree_lines
-from ..poly.tree import TreeOptions, shape
+from ..poly.isl_util import maps_of, sets_of
+from ..poly.tree import VECTOR, TreeOptions, extents, shape
+from ..te import fastmath
 from ..te.lower import Lowered
 from .config import ScheduleConfig, default_config
 from .isl_ast import realize
@@ -54,7 +57,7 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
         func, inlined, rfactored = _prepass(low, cfg)
         model = extract(func, low.roles)
         deps = dependences(model)
-        biggest = max((e for s in model.statements for e in _extents(s)), default=1)
+        biggest = max((e for s in model.statements for e in extents(s)), default=1)
         # bounding constant shifts by the largest extent keeps isl from searching for minutes
         # (layernorm.json: 10.5 s -> 0.18 s) and still lets it fuse
         tree = compute_schedule_bounded(model, deps, timeout_s=timeout_s,
@@ -80,7 +83,7 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
             scalar = _scalar_math_statements(func, model, final)
             if scalar is not None:
                 libm_func, *_ = _prepass(relower(), cfg)
-                if _block_names_of(libm_func) == _block_names_of(func):
+                if list(_blocks(libm_func)) == list(_blocks(func)):
                     func = libm_func
                     math_note = (f"float32 exp/log/tanh: libm (no statement using them is vectorised: "
                                  f"{', '.join(scalar)}; polynomials pay off only in vector loops)")
@@ -116,83 +119,54 @@ def _prepass(low: Lowered, cfg: ScheduleConfig):
     return sch.mod["main"], inlined, rfactored
 
 
-def _block_names_of(func) -> list[str]:
-    from tvm_ffi import structural_walk
-    out = []
-    structural_walk(func.body, [(s_tir.SBlock, lambda b: out.append(b.name_hint))])
+def _blocks(func) -> dict:
+    """name -> SBlock of every block in `func`, in program order."""
+    out = {}
+
+    def keep(b) -> None:
+        out.setdefault(b.name_hint, b)
+    structural_walk(func.body, [(s_tir.SBlock, keep)])
     return out
 
 
 def _scalar_math_statements(func, model, schedule: isl.Schedule) -> list[str] | None:
-    """Statements computing vector math (fastmath's `fm` lets) when none of them sits under a
+    """Statements computing vector math (te/fastmath.py's lets) when none of them sits under a
     vector mark; None when there are none, or some are vectorised."""
-    from tvm import tirx
-    from tvm_ffi import structural_walk
-    blocks = {}
-
-    def keep(b) -> None:
-        blocks.setdefault(b.name_hint, b)
-    structural_walk(func.body, [(s_tir.SBlock, keep)])
+    blocks = _blocks(func)
     math = set()
     for st in model.statements:
         lets = []
-        b = blocks.get(st.block)
-        if b is not None:
-            structural_walk(b.body, [(tirx.Let, lambda n: lets.append(n.var.name))])
-        if "fm" in lets:
+        if st.block in blocks:
+            structural_walk(blocks[st.block].body, [(tirx.Let, lambda n: lets.append(n.var.name))])
+        if fastmath.LET_NAME in lets:
             math.add(st.name)
     if not math:
         return None
     vectorised: set[str] = set()
 
     def visit(node):
-        if node.get_type() == isl.schedule_node_type.mark and node.mark_get_id().get_name() == "vector":
-            for st in _maps_sets(node.get_domain()):
-                vectorised.add(st)
+        if node.get_type() == isl.schedule_node_type.mark and node.mark_get_id().get_name() == VECTOR:
+            vectorised.update(st.get_tuple_name() for st in sets_of(node.get_domain()))
         for c in range(node.n_children()):
             visit(node.child(c))
     visit(schedule.get_root())
     return None if math & vectorised else sorted(math)
 
 
-def _maps_sets(uset) -> list[str]:
-    from ..poly.isl_util import sets_of
-    return [s.get_tuple_name() for s in sets_of(uset)]
-
-
 def _tree_options(func, model, cfg: ScheduleConfig) -> TreeOptions:
     bits = {}
-    for buf in [p for p in func.params if hasattr(p, "dtype") and hasattr(p, "shape")] + _allocs(func):
+    allocs = [buf for b in _blocks(func).values() for buf in b.alloc_buffers]
+    for buf in [p for p in func.params if hasattr(p, "dtype") and hasattr(p, "shape")] + allocs:
         bits[buf.name] = tvm_dtype_bits(buf.dtype)
     lanes = {}
     for s in model.statements:
         wide = max((bits.get(model.arrays.get(m.get_tuple_name(isl.dim_type.out), ""), 32)
-                    for m in _maps(s.writes)), default=32)
+                    for m in maps_of(s.writes)), default=32)
         lanes[s.name] = max(cfg.vector_bytes * 8 // max(wide, 8), 1)
     return TreeOptions(lanes=lanes, tile=cfg.tile, l1_bytes=cfg.l1_bytes,
                        stride1_innermost=cfg.stride1_innermost, fusion_depth=cfg.fusion_depth, parallel=cfg.parallel,
                        min_parallel=cfg.min_parallel, min_parallel_work=cfg.min_parallel_work)
 
 
-def _allocs(func) -> list:
-    from tvm_ffi import structural_walk
-    out = []
-    structural_walk(func.body, [(s_tir.SBlock, lambda b: out.extend(b.alloc_buffers))])
-    return out
-
-
-def _maps(umap):
-    from ..poly.isl_util import maps_of
-    return maps_of(umap)
-
-
 def _block_names(sch) -> list[str]:
     return [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
-
-
-def _extents(s) -> list[int]:
-    out = []
-    for q in range(s.domain.dim(isl.dim_type.set)):
-        lo, hi = s.domain.dim_min_val(q).to_python(), s.domain.dim_max_val(q).to_python()
-        out.append(int(hi - lo + 1))
-    return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 from tvm import te, tirx
 
 F32 = "float32"
+LET_NAME = "fm"  # the name of every var these functions bind: how a schedule recognises vector math
 
 
 def _c(v: float):
@@ -27,7 +28,7 @@ def _let(value, body):
     chain, and a tree that used it ten times would compute it ten times."""
     if isinstance(value, (tirx.Var, tirx.FloatImm, tirx.IntImm)):
         return body(value)
-    v = tirx.Var("fm", _dtype(value))
+    v = tirx.Var(LET_NAME, _dtype(value))
     return tirx.Let(v, value, body(v))
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import tvm
 from tvm import te, tirx
 
 from ..errors import CompileError, UnsupportedOpError

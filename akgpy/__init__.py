@@ -13,12 +13,25 @@ __version__ = "0.1.0"
 
 
 def fuse(graph, target: str = "llvm", **options):
-    """Compile a Graph (or a composite file/string) into a callable Program.
+    """Compile a graph into a callable program.
 
-    options: schedule="poly" (default)|"plain", config=akgpy.ScheduleConfig(...) (schedule knobs)."""
-    from .pipeline import compile_graph
+    A fused graph (composite JSON file/string, or a GraphBuilder graph) becomes one kernel: a
+    Program. A model graph (`akgpy.from_onnx`, `GraphBuilder(..., model=True)`) is partitioned
+    into fused groups first (docs/fusion.md): a ModelProgram running one step per group.
+
+    options: schedule="poly" (default)|"plain", config=akgpy.ScheduleConfig(...) (schedule knobs);
+    for model graphs also contraction="auto"|"generated"|"library", fuse=True|False, limits=Limits(...)."""
+    from .pipeline import compile_graph, compile_model
+    if isinstance(graph, Graph) and graph.kind == "model":
+        return compile_model(graph, target=target, **options)
     return compile_graph(graph, target=target, **options)
 
 
-__all__ = ["fuse", "load_composite", "ScheduleConfig", "Graph", "GraphBuilder", "Op", "Tensor", "structural_hash",
+def from_onnx(model, shapes=None, *, name=None):
+    """An ONNX model (ModelProto, file path or bytes) as an akgpy model Graph; see docs/onnx.md."""
+    from .frontends.onnx import from_onnx as load
+    return load(model, shapes=shapes, name=name)
+
+
+__all__ = ["fuse", "from_onnx", "load_composite", "ScheduleConfig", "Graph", "GraphBuilder", "Op", "Tensor", "structural_hash",
            "errors", "reference", "AkgpyError"]

@@ -65,3 +65,55 @@ def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", c
     dump(low.name, "3_source.ll", lambda: kernel.source)
     dump(low.name, "4_explain.txt", kernel.explain)
     return Program(g, [kernel], target)
+
+
+# -- whole model graphs ------------------------------------------------------------------------
+
+def compile_model(graph: Graph, target: str = "llvm", *, schedule: str = "poly", config=None,
+                  contraction: str = "generated", fuse: bool = True, limits=None):
+    """Partition a model graph (akgpy/fusion) and compile each group; returns a ModelProgram.
+
+    contraction: "generated" (akgpy's register-tiled MatMul/Conv2D kernels, epilogues fused)
+    or "library" (numpy's BLAS for every float MatMul/Conv2D, epilogues in the next group).
+    Measured on this 2-core host (docs/fusion.md): akgpy's kernels are within 10% of OpenBLAS
+    on BERT's shapes, and each switch between BLAS's and TVM's spinning thread pools costs
+    ~4 ms, so "generated" is the default. fuse=False compiles one kernel per op (the unfused
+    baseline)."""
+    from .fusion import Limits, partition
+    from .runtime.library import fallback, library_contraction, supports_library
+    from .runtime.model import ModelProgram, Step
+    from .te.lower import ident
+
+    if contraction not in ("generated", "library"):
+        raise CompileError(f"unknown contraction policy {contraction!r}; available: 'generated', 'library'")
+    library = set()
+    if contraction == "library":
+        library = {i for i, op in enumerate(graph.ops)
+                   if supports_library(op, [graph.tensors[t] for t in op.inputs], graph.tensors[op.outputs[0]])}
+    part = partition(graph, library=library, limits=limits or Limits(), fuse=fuse)
+    dump(ident(graph.name), "0_partition.txt", part.describe)
+    steps = []
+    for grp in part.groups:
+        if grp.kind == "kernel":
+            prog = compile_graph(part.subgraph(grp), target, schedule=schedule, config=config)
+            steps.append(Step(grp, _kernel_run(prog), prog))
+        elif grp.kind == "view":
+            shapes = [graph.tensors[t].shape for t in grp.outputs]
+            steps.append(Step(grp, _view_run(shapes), note="reshape: a view of the same bytes"))
+        elif grp.kind == "library":
+            op = graph.ops[grp.ops[0]]
+            steps.append(Step(grp, library_contraction(graph, op, grp.inputs), note="numpy BLAS"))
+        else:
+            op = graph.ops[grp.ops[0]]
+            steps.append(Step(grp, fallback(graph, op, grp.inputs), note=f"{op.name} has no TE lowering: numpy"))
+    prog = ModelProgram(part, steps, target)
+    prog.notes += [f"fallback {f}" for f in prog.fallbacks()]
+    return prog
+
+
+def _kernel_run(prog):
+    return lambda args: prog(*args)
+
+
+def _view_run(shapes):
+    return lambda args: tuple(args[0].reshape(s) for s in shapes)

@@ -7,6 +7,7 @@ to within last-place differences of transcendental functions and summation order
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -123,6 +124,25 @@ def _unpad(op, args, ins, out):
     return args[0][tuple(slice(0, s) for s in out.shape)]
 
 
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def _slice(op, args, ins, out):
+    a = op.attrs
+    strides = a.get("strides", [1] * args[0].ndim)
+    return args[0][tuple(slice(b, e, s) for b, e, s in zip(a["begin"], a["end"], strides))]
+
+
+def _gather(op, args, ins, out):
+    params, idx = args
+    axis = op.attrs.get("axis", 0)
+    n = params.shape[axis]
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        bad = int(idx.max() if idx.max() >= n else idx.min())
+        raise ArgumentError(f"index {bad} out of range for axis {axis} of size {n}", op=op.name, tensor=ins[1].name)
+    return np.take(params, idx, axis=axis)
+
+
 def _cast(op, args, ins, out):
     x = args[0]
     if out.dtype == "bool":
@@ -144,6 +164,9 @@ E = _elementwise
 REFERENCE: dict[str, Callable[[Op, list, list[Tensor], Tensor], Any]] = {
     **{name: E(fn) for name, fn in UFUNCS.items()},
     "RealDiv": E(_truediv),
+    "Erf": E(lambda x: _erf(x).astype(np.float64)),
+    "Concat": lambda op, args, ins, out: np.concatenate(args, axis=op.attrs["axis"]),
+    "StridedSlice": _slice, "Gather": _gather,
     "Select": E(lambda c, x, y: np.where(c != 0, x, y)),
     "Cast": _cast,
     "AddN": None,  # evaluate(): a left fold rounding every partial sum (topi elemwise_sum, AKG's generator)
@@ -173,7 +196,26 @@ def _const(t: Tensor) -> np.ndarray:
     return np.full(t.shape, t.value, dtype=dtypes.to_numpy(t.dtype))
 
 
+def const_array(t: Tensor) -> np.ndarray:
+    return _const(t)
+
+
+def apply_op(op: Op, args: Sequence[np.ndarray], ins: Sequence[Tensor], out: Tensor) -> np.ndarray:
+    """One op on arrays: computed wide (float64/int64), rounded to the declared dtype."""
+    fn = REFERENCE.get(op.name)
+    if fn is None:
+        raise UnsupportedOpError("no numpy implementation", op=op.name, tensor=out.name)
+    with np.errstate(all="ignore"):
+        return _round(fn(op, [_wide(np.asarray(a)) for a in args], list(ins), out), out)
+
+
 def bind_inputs(g: Graph, inputs: Sequence[Any] | Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """`inputs`: all of g.inputs, or only g.free_inputs (bound values fill the rest)."""
+    if isinstance(inputs, Mapping):
+        inputs = {**g.bound, **inputs}
+    elif g.bound and len(inputs) == len(g.free_inputs):
+        given = dict(zip(g.free_inputs, inputs))
+        inputs = [given[n] if n in given else g.bound[n] for n in g.inputs]
     if isinstance(inputs, Mapping):
         missing = [n for n in g.inputs if n not in inputs]
         if missing:

@@ -16,7 +16,10 @@ from .conftest import CORPUS
 
 
 def test_op_tables_cover_the_same_ops():
-    assert set(OPS) == set(REFERENCE) == set(BUILDERS)
+    assert set(OPS) == set(REFERENCE)
+    fallback = {n for n, row in OPS.items() if row.fallback}
+    assert fallback == {"Concat", "StridedSlice", "Gather"}  # numpy fallbacks in model graphs
+    assert set(BUILDERS) == set(OPS) - fallback
     corpus_ops = {"Mul", "Add", "Cast", "BroadcastTo", "Reshape", "ReduceSum", "RealDiv", "Sub", "InplaceAssign",
                   "Select", "Transpose", "Sqrt", "Maximum", "Greater", "TensorAdd", "Exp", "Neg", "LessEqual",
                   "AddN", "Minimum", "Log", "GreaterEqual", "Rsqrt", "ReduceMax", "MatMul", "Tanh", "Abs", "Pow",

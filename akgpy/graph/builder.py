@@ -63,8 +63,12 @@ class Value:
 
 
 class GraphBuilder:
-    def __init__(self, name: str = "akgpy_graph", process: str = "cpu"):
-        self.name, self.process = name, process
+    """`model=True` builds a whole model graph, which akgpy.fuse partitions into fused groups;
+    otherwise the graph is one fused subgraph (one kernel)."""
+
+    def __init__(self, name: str = "akgpy_graph", process: str = "cpu", *, model: bool = False):
+        self.name, self.process, self.model = name, process, model
+        self._bound: dict[str, Any] = {}
         self._tensors: dict[str, Tensor] = {}
         self._inputs: list[str] = []
         self._outputs: list[str] = []
@@ -115,12 +119,24 @@ class GraphBuilder:
         self._inputs.append(name)
         return Value(self, name)
 
+    def weight(self, name: str, value) -> Value:
+        """An input whose value is known now (a model weight): the program binds it itself."""
+        import numpy as np
+        from .. import dtypes
+        arr = np.ascontiguousarray(value)
+        dt = next((k for k, v in dtypes.NUMPY.items() if np.dtype(v) == arr.dtype), None)
+        if dt is None:
+            raise ShapeError(f"weight dtype {arr.dtype} is not an akgpy dtype", tensor=name)
+        v = self.input(name, arr.shape, dt)
+        self._bound[name] = arr
+        return v
+
     def output(self, *values: Value) -> None:
         self._outputs.extend(v.name for v in values)
 
     def build(self) -> Graph:
         return Graph(self.name, dict(self._tensors), tuple(self._inputs), tuple(self._outputs), tuple(self._ops),
-                     process=self.process)
+                     process=self.process, kind="model" if self.model else "fused", bound=dict(self._bound))
 
     def add(self, a, b): return self._binary("Add", a, b)
     def sub(self, a, b): return self._binary("Sub", a, b)
@@ -140,6 +156,7 @@ class GraphBuilder:
     def rsqrt(self, x): return self._unary("Rsqrt", x)
     def reciprocal(self, x): return self._unary("Reciprocal", x)
     def tanh(self, x): return self._unary("Tanh", x)
+    def erf(self, x): return self._unary("Erf", x)
     def relu(self, x): return self.maximum(x, 0.0)
 
     def cast(self, x: Value, dtype: str) -> Value:

@@ -77,9 +77,19 @@ class Graph:
     process: str = "cpu"
     # Non-semantic leftovers kept only so that to_composite() round-trips a file.
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # "fused": a subgraph a framework already grouped, compiled as one kernel; "model": a whole
+    # model graph that akgpy.fuse partitions into fused groups itself (akgpy/fusion).
+    kind: str = "fused"
+    # Inputs whose values are known when compiling (a model's weights): input name -> array.
+    # A program built from the graph supplies them itself; callers pass only `free_inputs`.
+    bound: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self):
         self.validate()
+
+    @property
+    def free_inputs(self) -> tuple[str, ...]:
+        return tuple(n for n in self.inputs if n not in self.bound)
 
     # -- queries ---------------------------------------------------------------------
     def tensor(self, name: str) -> Tensor:
@@ -145,6 +155,16 @@ class Graph:
                 raise ShapeError("an in-place write must target a graph input buffer", op=op.label(i),
                                  tensor=op.inputs[0])
             defined.update(op.outputs)
+        if self.kind not in ("fused", "model"):
+            raise ShapeError(f"graph kind must be 'fused' or 'model', got {self.kind!r}")
+        for name, arr in self.bound.items():
+            t = self.tensors.get(name)
+            if name not in self.inputs or t is None:
+                raise ShapeError("a bound value is given for a tensor that is not a graph input", tensor=name)
+            shape, dt = tuple(getattr(arr, "shape", ())), str(getattr(arr, "dtype", type(arr).__name__))
+            if shape != t.shape or dt != str(dtypes.to_numpy(t.dtype)):
+                raise ShapeError(f"bound value is {dt}{list(shape)}, the input is {t.dtype}{list(t.shape)}",
+                                 tensor=name)
         for name in self.outputs:
             if name not in defined:
                 raise ShapeError("graph output is never produced", tensor=name)

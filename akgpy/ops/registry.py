@@ -40,6 +40,8 @@ class OpDef:
     n_inputs: tuple[int, int]  # inclusive bounds
     semantic_attrs: tuple[str, ...] = ()
     canonical: str | None = None  # alias target (TensorAdd -> Add)
+    # No TE lowering: the op runs through the numpy fallback between kernels (model graphs only).
+    fallback: bool = False
 
     def check(self, op: Op, ins: Sequence[Tensor], outs: Sequence[Tensor], index: int | None = None) -> None:
         lo, hi = self.n_inputs
@@ -343,6 +345,42 @@ def complex_part(op, ins, outs):
     _expect(outs[0], z.shape, "float32" if z.dtype == "complex64" else "float64")
 
 
+def concat(op, ins, outs):
+    rank = len(ins[0].shape)
+    axis = _normalize_axes(op.attr("axis"), rank, tensor=outs[0].name)[0]
+    for t in ins[1:]:
+        if len(t.shape) != rank or any(a != b for d, (a, b) in enumerate(zip(t.shape, ins[0].shape)) if d != axis):
+            raise ShapeError(f"{list(t.shape)} does not concatenate with {list(ins[0].shape)} on axis {axis}",
+                             tensor=t.name)
+    shape = list(ins[0].shape)
+    shape[axis] = sum(t.shape[axis] for t in ins)
+    _expect(outs[0], shape, _same_dtype(ins))
+
+
+def slice_shape(shape, begin, end, strides) -> tuple[int, ...]:
+    """Python slice semantics per dim (negative indices count from the end, bounds clamp)."""
+    if not len(begin) == len(end) == len(strides) == len(shape):
+        raise AttrError(f"begin/end/strides {list(begin)}/{list(end)}/{list(strides)} need rank {len(shape)}")
+    if any(s == 0 for s in strides):
+        raise AttrError(f"strides {list(strides)} contain 0")
+    return tuple(len(range(*slice(b, e, s).indices(n))) for n, b, e, s in zip(shape, begin, end, strides))
+
+
+def slice_(op, ins, outs):
+    x = ins[0]
+    shape = slice_shape(x.shape, _int_list(op, "begin"), _int_list(op, "end"),
+                        _int_list(op, "strides", [1] * len(x.shape)))
+    _expect(outs[0], shape, x.dtype)
+
+
+def gather(op, ins, outs):
+    params, idx = ins
+    if idx.dtype not in ("int32", "int64"):
+        raise ShapeError(f"indices must be int32 or int64, got {idx.dtype}", tensor=idx.name)
+    axis = _normalize_axes(op.attr("axis", 0), len(params.shape), tensor=outs[0].name)[0]
+    _expect(outs[0], (*params.shape[:axis], *idx.shape, *params.shape[axis + 1:]), params.dtype)
+
+
 def custom(op, ins, outs):
     if op.attr("func_type", None) is None:
         raise AttrError("Custom op without func_type")
@@ -351,7 +389,8 @@ def custom(op, ins, outs):
 E, B, L, R, O = Category.ELEMWISE, Category.BROADCAST, Category.LAYOUT, Category.REDUCE, Category.OPAQUE
 
 _ROWS = [
-    *(OpDef(n, E, unary, (1, 1)) for n in ("Neg", "Abs", "Exp", "Log", "Sqrt", "Rsqrt", "Reciprocal", "Tanh")),
+    *(OpDef(n, E, unary, (1, 1)) for n in ("Neg", "Abs", "Exp", "Log", "Sqrt", "Rsqrt", "Reciprocal", "Tanh",
+                                            "Erf")),
     *(OpDef(n, E, binary, (2, 2)) for n in ("Add", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "Pow")),
     OpDef("TensorAdd", E, binary, (2, 2), canonical="Add"),
     *(OpDef(n, E, compare, (2, 2)) for n in ("Greater", "GreaterEqual", "Less", "LessEqual", "Equal")),
@@ -374,6 +413,9 @@ _ROWS = [
     OpDef("MatMul", O, matmul, (2, 3), ("transpose_a", "transpose_b", "dst_type")),
     OpDef("Conv2D", O, conv2d, (2, 2), ("stride", "pad_list", "dilation", "groups", "dst_type")),
     OpDef("Custom", O, custom, (0, 1 << 16), ("func_type", "func_name", "func_source_str")),
+    OpDef("Concat", O, concat, (1, 1 << 16), ("axis",), fallback=True),
+    OpDef("StridedSlice", O, slice_, (1, 1), ("begin", "end", "strides"), fallback=True),
+    OpDef("Gather", O, gather, (2, 2), ("axis",), fallback=True),
 ]
 OPS: dict[str, OpDef] = {row.name: row for row in _ROWS}
 

@@ -335,6 +335,7 @@ E = elementwise
 BUILDERS: dict[str, Callable] = {
     "Neg": E(lambda x: -x), "Abs": E(tirx.abs), "Exp": math(fastmath.exp, te.exp), "Log": math(fastmath.log, te.log), "Sqrt": E(te.sqrt),
     "Rsqrt": E(lambda x: _one(x) / te.sqrt(x)), "Reciprocal": E(lambda x: _div(_one(x), x)), "Tanh": math(fastmath.tanh, te.tanh),
+    "Erf": E(fastmath.erf),
     "Add": E(lambda a, b: a + b), "TensorAdd": E(lambda a, b: a + b), "Sub": E(lambda a, b: a - b),
     "Mul": E(lambda a, b: fence(a * b)), "RealDiv": E(_div), "Maximum": E(tirx.max), "Minimum": E(tirx.min),
     "Pow": E(te.power),

@@ -35,7 +35,7 @@ def _let(value, body):
 def _is_number(x):
     """False only for NaN. Not isnan(): TVM's vectorizer scalarises any loop that calls it, and
     `x == x` is folded to true by TVM's simplifier; an ordered compare with inf is neither."""
-    return tirx.abs(x) <= _c(float("inf"))
+    return tirx.abs(x) <= tirx.const(float("inf"), _dtype(x))
 
 
 def exp(x):
@@ -131,3 +131,29 @@ def _log_poly(x, m, ef):
     res = tirx.Select(x < _c(0.0), _c(float("nan")), res)
     res = tirx.Select(x == _c(float("inf")), x, res)
     return tirx.Select(_is_number(x), res, x)
+
+
+# Eigen's float erf (generic_fast_erf_float): x * P(x^2) / Q(x^2) on [-4, 4], where erf is +-1
+# to float precision. TVM 0.27's own `erf` lowers to garbage on LLVM (1e38 on [-4, 4]), so
+# this is the only erf, also for the libm variant and (less accurately, ~1e-7) for float64.
+_ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
+          -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
+_ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
+          -1.42647390514189e-02)
+
+
+def erf(x):
+    dt = _dtype(x)
+    c = (lambda v: tirx.const(v, dt))
+    return _let(x, lambda x: _let(tirx.max(tirx.min(x, c(4.0)), c(-4.0)),
+                                  lambda xc: _let(xc * xc, lambda x2: _erf(x, xc, x2, c))))
+
+
+def _erf(x, xc, x2, c):
+    p = c(_ERF_P[0])
+    for k in _ERF_P[1:]:
+        p = p * x2 + c(k)
+    q = c(_ERF_Q[0])
+    for k in _ERF_Q[1:]:
+        q = q * x2 + c(k)
+    return tirx.Select(_is_number(x), xc * p / q, x)

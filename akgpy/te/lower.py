@@ -121,7 +121,8 @@ class Lowerer:
                 continue
             builder = BUILDERS.get(op.name)
             if builder is None:
-                raise UnsupportedOpError("no TE lowering", op=op.label(i), tensor=out.name)
+                raise UnsupportedOpError("no TE lowering (a fallback op: it runs through numpy between kernels "
+                                         "when akgpy.fuse partitions a model graph)", op=op.label(i), tensor=out.name)
             try:
                 result = builder(self, op, [self.operand(n) for n in op.inputs], out)
             except (RuntimeError, TypeError, ValueError) as e:

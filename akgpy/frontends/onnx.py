@@ -1,0 +1,546 @@
+"""ONNX -> akgpy model Graph (docs/onnx.md lists the ops).
+
+Each node becomes akgpy primitives through a handler in HANDLERS. Composite ONNX ops
+(Softmax, LayerNormalization, Gelu, Sigmoid, BatchNormalization, Gemm) expand into primitive
+ops so that the partitioner sees through them. A node whose inputs are all known constants
+(Shape of a static tensor, Constant, and the Gather/Slice/Concat/Unsqueeze arithmetic on
+shapes) is evaluated at import with onnx's reference evaluator, so shape-computing subgraphs
+fold away. Initializers become bound inputs (weights the program supplies itself).
+
+Conv is NCHW in ONNX and NHWC/OHWI in akgpy: the input is transposed (and padded) into the
+Conv2D, the weight is transposed at import, and the output is transposed back; the layout
+ops fold into the neighbouring groups' index arithmetic (docs/fusion.md).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import AttrError, FormatError, ShapeError, UnsupportedOpError
+from ..graph.builder import GraphBuilder, Value
+from ..graph.ir import Graph
+
+# ONNX ops whose outputs are computed at import when every input is a constant.
+FOLDABLE = {"Shape", "Size", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Cast", "Add", "Sub",
+            "Mul", "Div", "Equal", "Where", "Range", "ConstantOfShape", "Expand", "Transpose", "Identity", "Neg",
+            "Sqrt", "Pow", "ReduceProd", "Max", "Min", "Less", "Greater", "Not", "Floor", "Ceil", "Abs", "Tile"}
+
+
+def from_onnx(model: Any, shapes: Mapping[str, Sequence[int]] | None = None, *, name: str | None = None) -> Graph:
+    import onnx
+    proto = _load(model, onnx)
+    imp = _Importer(proto, dict(shapes or {}), name)
+    return imp.run()
+
+
+def _load(model: Any, onnx):
+    if isinstance(model, onnx.ModelProto):
+        return model
+    try:
+        if isinstance(model, (bytes, bytearray)):
+            proto = onnx.load_from_string(bytes(model))
+        elif isinstance(model, (str, Path)):
+            if not Path(model).is_file():
+                raise FormatError(f"ONNX file not found: {model}")
+            proto = onnx.load(str(model))
+        else:
+            raise FormatError(f"expected an onnx.ModelProto, a path or bytes, got {type(model).__name__}")
+    except FormatError:
+        raise
+    except Exception as e:  # protobuf DecodeError and friends
+        raise FormatError(f"not a valid ONNX model: {type(e).__name__}: {str(e)[:200]}") from None
+    if not proto.graph.node and not proto.graph.output:
+        raise FormatError("not a valid ONNX model: the graph has no nodes and no outputs")
+    return proto
+
+
+class _Importer:
+    def __init__(self, proto, shapes: dict, name: str | None):
+        from onnx import numpy_helper
+        self.proto, self.shapes = proto, shapes
+        self.g = proto.graph
+        self.b = GraphBuilder(name or self.g.name or "onnx_model", model=True)
+        self.consts: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in self.g.initializer}
+        self.values: dict[str, Value] = {}
+        self.node = None
+        self.opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 13)
+
+    # -- driver --------------------------------------------------------------------------
+    def run(self) -> Graph:
+        for shape_name in self.shapes:
+            if not any(vi.name == shape_name for vi in self.g.input):
+                raise ShapeError("shapes= names a tensor that is not a model input", tensor=shape_name)
+        for vi in self.g.input:
+            if vi.name not in self.consts:
+                self._input(vi)
+        for k, node in enumerate(self.g.node):
+            self.node = node
+            where = self._where(k)
+            try:
+                self._node(node)
+            except (UnsupportedOpError, AttrError, ShapeError, FormatError) as e:
+                if e.op is None or not e.op.startswith("ONNX"):
+                    raise type(e)(e.message, op=where, tensor=e.tensor or (node.output[0] if node.output else None)) from None
+                raise
+        outs = []
+        for vi in self.g.output:
+            if vi.name not in self.values:
+                raise UnsupportedOpError("model output is a constant (it folds away at import); akgpy compiles "
+                                         "outputs computed from inputs", tensor=vi.name)
+            outs.append(self.values[vi.name])
+        self.b.output(*outs)
+        return self.b.build()
+
+    def _where(self, k: int) -> str:
+        n = self.node
+        return f"ONNX {n.op_type} node {n.name or '#' + str(k)!r}"
+
+    def _input(self, vi) -> None:
+        t = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
+            raise UnsupportedOpError("only tensor inputs are supported", tensor=vi.name)
+        dims = []
+        for d in t.shape.dim:
+            dims.append(d.dim_value if d.HasField("dim_value") else None)
+        if vi.name in self.shapes:
+            bound = tuple(int(s) for s in self.shapes[vi.name])
+            if len(bound) != len(dims) or any(d is not None and d != s for d, s in zip(dims, bound)):
+                raise ShapeError(f"shapes= gives {list(bound)}, the model declares "
+                                 f"{[d if d is not None else '?' for d in dims]}", tensor=vi.name)
+            dims = list(bound)
+        if any(d is None for d in dims):
+            syms = [d.dim_param or "?" for d in t.shape.dim if not d.HasField("dim_value")]
+            raise ShapeError(f"dynamic dimension(s) {syms}: bind them with from_onnx(model, shapes="
+                             f"{{{vi.name!r}: (...)}})", tensor=vi.name)
+        self.values[vi.name] = self.b.input(_safe(vi.name), dims, _dtype(t.elem_type, vi.name))
+
+    def _node(self, node) -> None:
+        ins = list(node.input)
+        known = [n == "" or n in self.consts for n in ins]
+        if node.op_type == "Constant":
+            self._fold(node)
+            return
+        if node.op_type == "Shape" and ins[0] in self.values:
+            shape = np.array(self.values[ins[0]].shape, dtype=np.int64)
+            start, end = self._attr("start", 0), self._attr("end", None)
+            self.consts[node.output[0]] = shape[start:end]
+            return
+        if all(known) and node.op_type in FOLDABLE:
+            self._fold(node)
+            return
+        handler = HANDLERS.get(node.op_type)
+        if handler is None or node.domain not in ("", "ai.onnx"):
+            raise UnsupportedOpError(f"ONNX op {node.domain + '.' if node.domain else ''}{node.op_type} is not "
+                                     f"supported; akgpy imports: {', '.join(sorted(HANDLERS))}")
+        outs = handler(self, node)
+        for name, v in zip(node.output, outs):
+            if name and v is not None:
+                self.values[name] = v
+
+    def _fold(self, node) -> None:
+        from onnx import helper
+        from onnx.reference import ReferenceEvaluator
+        ins = [n for n in node.input if n]
+        inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(self.consts[n].dtype), None)
+                  for n in ins]
+        outputs = [helper.make_tensor_value_info(n, 0, None) for n in node.output]
+        graph = helper.make_graph([node], "fold", inputs, outputs)
+        m = helper.make_model(graph, opset_imports=list(self.proto.opset_import))
+        try:
+            res = ReferenceEvaluator(m).run(None, {n: self.consts[n] for n in ins})
+        except Exception as e:
+            raise FormatError(f"constant folding failed: {type(e).__name__}: {str(e)[:200]}") from None
+        for n, v in zip(node.output, res):
+            self.consts[n] = np.asarray(v)
+
+    # -- helpers for handlers --------------------------------------------------------------
+    def _attr(self, key: str, default: Any = ...):
+        from onnx import helper
+        for a in self.node.attribute:
+            if a.name == key:
+                v = helper.get_attribute_value(a)
+                return v.decode() if isinstance(v, bytes) else (list(v) if isinstance(v, (list, tuple)) else v)
+        if default is ...:
+            raise AttrError(f"missing attribute {key!r}")
+        return default
+
+    def const(self, name: str, what: str) -> np.ndarray:
+        if name not in self.consts:
+            raise UnsupportedOpError(f"{what} must be a constant (an initializer or computable at import)",
+                                     tensor=name)
+        return self.consts[name]
+
+    def val(self, name: str, like: Value | None = None) -> Value:
+        """The tensor as a graph value; a constant becomes a scalar constant or a weight."""
+        if name in self.values:
+            return self.values[name]
+        if name not in self.consts:
+            raise FormatError("tensor is used before any node produces it", tensor=name)
+        arr = self.consts[name]
+        if arr.size == 1 and like is not None:
+            return self.b._const(arr.reshape(()).item(), like.dtype if like.dtype == _dt_of(arr) else _dt_of(arr))
+        v = self.b.weight(_safe(name) + f"_w{len(self.b._bound)}", arr)
+        self.values[name] = v
+        return v
+
+    def operands(self, names: Sequence[str]) -> list:
+        """Values for an elementwise op: a constant scalar operand stays a compile-time scalar."""
+        like = next((self.values[n] for n in names if n in self.values), None)
+        if like is None:
+            return [self.val(n) for n in names]
+        out = []
+        for n in names:
+            if n not in self.values and n in self.consts and self.consts[n].size == 1:
+                out.append(self.consts[n].reshape(()).item())
+            else:
+                out.append(self.val(n))
+        return out
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "t"
+
+
+def _dtype(elem_type: int, name: str) -> str:
+    from onnx import helper
+    try:
+        np_dt = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except Exception:
+        raise ShapeError(f"ONNX element type {elem_type} has no numpy equivalent", tensor=name) from None
+    return _dt_of(np.empty(0, np_dt), name)
+
+
+def _dt_of(arr: np.ndarray, name: str | None = None) -> str:
+    for k, v in dtypes.NUMPY.items():
+        if np.dtype(v) == arr.dtype:
+            return k
+    raise ShapeError(f"dtype {arr.dtype} is not an akgpy dtype", tensor=name)
+
+
+# -- handlers: (importer, node) -> output values -------------------------------------------
+
+def _binary(akg: str, dtype: str | None = None):
+    def h(im: _Importer, node):
+        a, b = im.operands(node.input[:2])
+        return [im.b._binary(akg, a, b, dtype)]
+    return h
+
+
+def _variadic(akg: str):
+    def h(im: _Importer, node):
+        vals = im.operands(node.input)
+        acc = vals[0]
+        for v in vals[1:]:
+            acc = im.b._binary(akg, acc, v)
+        return [acc]
+    return h
+
+
+def _unary(fn: Callable[[GraphBuilder, Value], Value]):
+    def h(im: _Importer, node):
+        return [fn(im.b, im.val(node.input[0]))]
+    return h
+
+
+def _sigmoid(b: GraphBuilder, x: Value) -> Value:
+    return b.div(1.0, b.add(b.exp(b.neg(x)), 1.0))
+
+
+def _gelu(im: _Importer, node):
+    b, x = im.b, im.val(node.input[0])
+    if im._attr("approximate", "none") == "tanh":
+        inner = b.mul(b.add(x, b.mul(b.mul(b.mul(x, x), x), 0.044715)), math.sqrt(2.0 / math.pi))
+        return [b.mul(b.mul(x, 0.5), b.add(b.tanh(inner), 1.0))]
+    return [b.mul(b.mul(x, 0.5), b.add(b.erf(b.mul(x, 1.0 / math.sqrt(2.0))), 1.0))]
+
+
+def _axis(axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise AttrError(f"axis {axis} out of range for rank {rank}")
+    return axis % rank
+
+
+def _softmax(im: _Importer, node):
+    b, x = im.b, im.val(node.input[0])
+    axis = _axis(im._attr("axis", -1 if im.opset >= 13 else 1), len(x.shape))
+    if im.opset < 13 and axis != len(x.shape) - 1:
+        raise UnsupportedOpError("Softmax before opset 13 flattens from `axis`; only the last axis is supported")
+    e = b.exp(b.sub(x, b.reduce_max(x, axis, keepdims=True)))
+    return [b.div(e, b.reduce_sum(e, axis, keepdims=True))]
+
+
+def _mean(b: GraphBuilder, x: Value, axes: list[int]) -> Value:
+    n = math.prod(x.shape[a] for a in axes)
+    return b.mul(b.reduce_sum(x, axes, keepdims=True), 1.0 / n)
+
+
+def _layernorm(im: _Importer, node):
+    b, x = im.b, im.val(node.input[0])
+    rank = len(x.shape)
+    axes = list(range(_axis(im._attr("axis", -1), rank), rank))
+    eps = float(im._attr("epsilon", 1e-5))
+    mean = _mean(b, x, axes)
+    d = b.sub(x, mean)
+    inv = b.rsqrt(b.add(_mean(b, b.mul(d, d), axes), eps))
+    y = b.mul(d, inv)
+    if len(node.input) > 1 and node.input[1]:
+        y = b.mul(y, im.val(node.input[1], y))
+    if len(node.input) > 2 and node.input[2]:
+        y = b.add(y, im.val(node.input[2], y))
+    return [y, mean, inv]
+
+
+def _reduce(kind: str):
+    def h(im: _Importer, node):
+        b, x = im.b, im.val(node.input[0])
+        rank = len(x.shape)
+        if len(node.input) > 1 and node.input[1]:
+            axes = [int(a) for a in im.const(node.input[1], "reduction axes")]
+        else:
+            axes = im._attr("axes", None)
+        keep = bool(im._attr("keepdims", 1))
+        if not axes:
+            if im._attr("noop_with_empty_axes", 0):
+                return [x]
+            axes = list(range(rank))
+        axes = sorted(_axis(a, rank) for a in axes)
+        if kind == "mean":
+            y = _mean(b, x, axes)
+            return [y if keep else b.reshape(y, [s for d, s in enumerate(x.shape) if d not in axes] or [1])]
+        fn = b.reduce_sum if kind == "sum" else b.reduce_max
+        return [fn(x, axes, keepdims=keep)]
+    return h
+
+
+def _matmul(im: _Importer, node):
+    b = im.b
+    x, w = im.val(node.input[0]), im.val(node.input[1])
+    return [_matmul_values(b, x, w)]
+
+
+def _matmul_values(b: GraphBuilder, x: Value, w: Value, ta: bool = False, tb: bool = False) -> Value:
+    if len(x.shape) < 2 or len(w.shape) < 2:
+        raise UnsupportedOpError(f"MatMul of rank-1 operands ({list(x.shape)} @ {list(w.shape)}) is not supported")
+    if len(w.shape) == 2 and len(x.shape) > 2 and not ta:  # [..., M, K] @ [K, N]: one GEMM over all rows
+        rows = math.prod(x.shape[:-1])
+        y = b.matmul(b.reshape(x, [rows, x.shape[-1]]), w, transpose_b=tb)
+        return b.reshape(y, [*x.shape[:-1], y.shape[-1]])
+    batch = np.broadcast_shapes(tuple(x.shape[:-2]), tuple(w.shape[:-2]))
+    if tuple(x.shape[:-2]) != batch:
+        x = b.broadcast_to(x, [*batch, *x.shape[-2:]])
+    if tuple(w.shape[:-2]) != batch:
+        w = b.broadcast_to(w, [*batch, *w.shape[-2:]])
+    return b.matmul(x, w, transpose_a=ta, transpose_b=tb)
+
+
+def _gemm(im: _Importer, node):
+    b = im.b
+    ta, tb = bool(im._attr("transA", 0)), bool(im._attr("transB", 0))
+    alpha, beta = float(im._attr("alpha", 1.0)), float(im._attr("beta", 1.0))
+    y = b.matmul(im.val(node.input[0]), im.val(node.input[1]), transpose_a=ta, transpose_b=tb)
+    if alpha != 1.0:
+        y = b.mul(y, alpha)
+    if len(node.input) > 2 and node.input[2] and beta != 0.0:
+        c = im.operands([node.input[2]])[0] if node.input[2] in im.values else im.val(node.input[2], y)
+        y = b.add(y, b.mul(c, beta) if beta != 1.0 else c)
+    return [y]
+
+
+def _conv(im: _Importer, node):
+    b = im.b
+    x = im.val(node.input[0])
+    if len(x.shape) != 4:
+        raise UnsupportedOpError(f"only 2-D convolution (NCHW input) is supported, got rank {len(x.shape)}")
+    if im._attr("group", 1) != 1:
+        raise UnsupportedOpError(f"grouped Conv (group={im._attr('group')}) is not supported")
+    if any(d != 1 for d in im._attr("dilations", [1, 1])):
+        raise UnsupportedOpError(f"dilated Conv (dilations={im._attr('dilations')}) is not supported")
+    wc = im.const(node.input[1], "Conv weight")
+    o, c, kh, kw = wc.shape
+    sh, sw = im._attr("strides", [1, 1])
+    pads = list(im._attr("pads", [0, 0, 0, 0]))
+    auto = im._attr("auto_pad", "NOTSET")
+    n, _, h, wd = x.shape
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        ph, pw = [max((math.ceil(s / st) - 1) * st + k - s, 0) for s, st, k in ((h, sh, kh), (wd, sw, kw))]
+        lo = [p // 2 if auto == "SAME_UPPER" else p - p // 2 for p in (ph, pw)]
+        pads = [lo[0], lo[1], ph - lo[0], pw - lo[1]]
+    elif auto == "VALID":
+        pads = [0, 0, 0, 0]
+    xt = b.transpose(x, [0, 2, 3, 1])
+    if any(pads):
+        shape = [n, h + pads[0] + pads[2], wd + pads[1] + pads[3], c]
+        xt = b.op("PadAkg", [xt], shape, xt.dtype, head=[0, pads[0], pads[1], 0], tail=[0, pads[2], pads[3], 0],
+                  pad_val=0.0)
+    w = b.weight(_safe(node.input[1]) + "_ohwi", np.ascontiguousarray(wc.transpose(0, 2, 3, 1)))
+    ho, wo = (xt.shape[1] - kh) // sh + 1, (xt.shape[2] - kw) // sw + 1
+    y = b.op("Conv2D", [xt, w], [n, ho, wo, o], x.dtype, stride=[1, 1, sh, sw], pad_list=[0, 0, 0, 0],
+             dilation=[1, 1, 1, 1])
+    y = b.transpose(y, [0, 3, 1, 2])
+    if len(node.input) > 2 and node.input[2]:
+        bias = im.const(node.input[2], "Conv bias")
+        y = b.add(y, b.weight(_safe(node.input[2]) + "_nchw", bias.reshape(1, o, 1, 1)))
+    return [y]
+
+
+def _batchnorm(im: _Importer, node):
+    b, x = im.b, im.val(node.input[0])
+    if im._attr("training_mode", 0):
+        raise UnsupportedOpError("BatchNormalization in training mode is not supported (inference only)")
+    scale, bias, mean, var = (im.const(n, "BatchNormalization parameter").astype(np.float64) for n in node.input[1:5])
+    eps = float(im._attr("epsilon", 1e-5))
+    s = scale / np.sqrt(var + eps)
+    t = bias - mean * s
+    shape = [1, len(s)] + [1] * (len(x.shape) - 2)
+    np_dt = dtypes.to_numpy(x.dtype)
+    y = b.mul(x, b.weight(_safe(node.output[0]) + "_scale", s.astype(np_dt).reshape(shape)))
+    return [b.add(y, b.weight(_safe(node.output[0]) + "_shift", t.astype(np_dt).reshape(shape)))]
+
+
+def _reshape_to(im: _Importer, x: Value, shape: Sequence[int]) -> Value:
+    return x if tuple(shape) == tuple(x.shape) else im.b.reshape(x, list(shape))
+
+
+def _reshape(im: _Importer, node):
+    x = im.val(node.input[0])
+    spec = [int(s) for s in im.const(node.input[1], "Reshape's shape")]
+    allowzero = im._attr("allowzero", 0)
+    shape = [x.shape[i] if s == 0 and not allowzero else s for i, s in enumerate(spec)]
+    if shape.count(-1) == 1:
+        known = math.prod(s for s in shape if s != -1)
+        shape[shape.index(-1)] = x.tensor.size // max(known, 1)
+    if math.prod(shape) != x.tensor.size or any(s < 0 for s in shape):
+        raise ShapeError(f"cannot reshape {list(x.shape)} to {spec}", tensor=node.input[0])
+    return [_reshape_to(im, x, shape)]
+
+
+def _axes_of(im: _Importer, node) -> list[int] | None:
+    if len(node.input) > 1 and node.input[1]:
+        return [int(a) for a in im.const(node.input[1], "axes")]
+    return im._attr("axes", None)
+
+
+def _unsqueeze(im: _Importer, node):
+    x = im.val(node.input[0])
+    axes = _axes_of(im, node) or []
+    rank = len(x.shape) + len(axes)
+    axes = sorted(_axis(a, rank) for a in axes)
+    shape, it = [], iter(x.shape)
+    for d in range(rank):
+        shape.append(1 if d in axes else next(it))
+    return [_reshape_to(im, x, shape)]
+
+
+def _squeeze(im: _Importer, node):
+    x = im.val(node.input[0])
+    axes = _axes_of(im, node)
+    rank = len(x.shape)
+    axes = [d for d, s in enumerate(x.shape) if s == 1] if not axes else [_axis(a, rank) for a in axes]
+    return [_reshape_to(im, x, [s for d, s in enumerate(x.shape) if d not in axes] or [1])]
+
+
+def _flatten(im: _Importer, node):
+    x = im.val(node.input[0])
+    a = _axis(im._attr("axis", 1), len(x.shape) + 1) if im._attr("axis", 1) != len(x.shape) else len(x.shape)
+    return [_reshape_to(im, x, [math.prod(x.shape[:a]), math.prod(x.shape[a:])])]
+
+
+def _transpose(im: _Importer, node):
+    x = im.val(node.input[0])
+    perm = im._attr("perm", list(range(len(x.shape)))[::-1])
+    return [x if list(perm) == list(range(len(x.shape))) else im.b.transpose(x, perm)]
+
+
+def _cast(im: _Importer, node):
+    x = im.val(node.input[0])
+    to = _dtype(im._attr("to"), node.output[0])
+    return [x if to == x.dtype else im.b.cast(x, to)]
+
+
+def _where(im: _Importer, node):
+    b = im.b
+    c = im.val(node.input[0])
+    x, y = im.operands(node.input[1:3])
+    like = x if isinstance(x, Value) else y
+    shape = np.broadcast_shapes(tuple(c.shape), *(tuple(v.shape) for v in (x, y) if isinstance(v, Value)))
+    if tuple(c.shape) != shape:
+        c = b.broadcast_to(c, shape, c.dtype)
+    x, y = (b._as_value(v, like) for v in (x, y))
+    return [b.op("Select", [c, x, y], shape, like.dtype)]
+
+
+def _expand(im: _Importer, node):
+    x = im.val(node.input[0])
+    shape = np.broadcast_shapes(tuple(x.shape), tuple(int(s) for s in im.const(node.input[1], "Expand's shape")))
+    return [x if tuple(shape) == tuple(x.shape) else im.b.broadcast_to(x, shape, x.dtype)]
+
+
+def _identity(im: _Importer, node):
+    return [im.val(node.input[0])]
+
+
+def _concat(im: _Importer, node):
+    vals = [im.val(n) for n in node.input]
+    axis = _axis(im._attr("axis"), len(vals[0].shape))
+    shape = list(vals[0].shape)
+    shape[axis] = sum(v.shape[axis] for v in vals)
+    return [im.b.op("Concat", vals, shape, vals[0].dtype, axis=axis)]
+
+
+def _slice(im: _Importer, node):
+    x = im.val(node.input[0])
+    rank = len(x.shape)
+    starts = [int(s) for s in im.const(node.input[1], "Slice starts")]
+    ends = [int(s) for s in im.const(node.input[2], "Slice ends")]
+    axes = [int(a) for a in im.const(node.input[3], "Slice axes")] if len(node.input) > 3 and node.input[3] \
+        else list(range(len(starts)))
+    steps = [int(s) for s in im.const(node.input[4], "Slice steps")] if len(node.input) > 4 and node.input[4] \
+        else [1] * len(starts)
+    begin, end, stride = [0] * rank, list(x.shape), [1] * rank
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        a = _axis(a, rank)
+        n = x.shape[a]
+        s, e, st = slice(s, e, st).indices(n)  # clamps ONNX's INT_MAX ends
+        begin[a], end[a], stride[a] = s, (e if e >= 0 else -n - 1), st
+    from ..ops.registry import slice_shape
+    shape = slice_shape(x.shape, begin, end, stride)
+    return [im.b.op("StridedSlice", [x], shape, x.dtype, begin=begin, end=end, strides=stride)]
+
+
+def _gather(im: _Importer, node):
+    x = im.val(node.input[0])
+    idx = im.const(node.input[1], "Gather indices") if node.input[1] in im.consts else None
+    iv = im.val(node.input[1]) if idx is None else im.b.weight(_safe(node.input[1]) + "_idx",
+                                                               idx.astype(np.int64).reshape(idx.shape or (1,)))
+    axis = _axis(im._attr("axis", 0), len(x.shape))
+    ishape = list(iv.shape)
+    y = im.b.op("Gather", [x, iv], [*x.shape[:axis], *ishape, *x.shape[axis + 1:]], x.dtype, axis=axis)
+    if idx is not None and idx.ndim == 0:  # a scalar index drops the axis
+        y = _reshape_to(im, y, [*x.shape[:axis], *x.shape[axis + 1:]] or [1])
+    return [y]
+
+
+def _dropout(im: _Importer, node):
+    return [im.val(node.input[0]), None]
+
+
+HANDLERS: dict[str, Callable] = {
+    "Add": _binary("Add"), "Sub": _binary("Sub"), "Mul": _binary("Mul"), "Div": _binary("RealDiv"),
+    "Pow": _binary("Pow"), "Max": _variadic("Maximum"), "Min": _variadic("Minimum"), "Sum": _variadic("Add"),
+    "Equal": _binary("Equal", "bool"), "Greater": _binary("Greater", "bool"), "Less": _binary("Less", "bool"),
+    "GreaterOrEqual": _binary("GreaterEqual", "bool"), "LessOrEqual": _binary("LessEqual", "bool"),
+    "Sqrt": _unary(GraphBuilder.sqrt), "Exp": _unary(GraphBuilder.exp), "Log": _unary(GraphBuilder.log),
+    "Tanh": _unary(GraphBuilder.tanh), "Erf": _unary(GraphBuilder.erf), "Neg": _unary(GraphBuilder.neg),
+    "Abs": _unary(GraphBuilder.abs), "Reciprocal": _unary(GraphBuilder.reciprocal),
+    "Relu": _unary(GraphBuilder.relu), "Sigmoid": _unary(_sigmoid), "Gelu": _gelu,
+    "Softmax": _softmax, "LayerNormalization": _layernorm,
+    "ReduceMean": _reduce("mean"), "ReduceSum": _reduce("sum"), "ReduceMax": _reduce("max"),
+    "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv, "BatchNormalization": _batchnorm,
+    "Reshape": _reshape, "Transpose": _transpose, "Unsqueeze": _unsqueeze, "Squeeze": _squeeze,
+    "Flatten": _flatten, "Concat": _concat, "Slice": _slice, "Gather": _gather, "Cast": _cast,
+    "Where": _where, "Expand": _expand, "Identity": _identity, "Dropout": _dropout,
+}

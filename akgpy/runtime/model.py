@@ -1,0 +1,157 @@
+"""ModelProgram: a whole model graph run as a sequence of fused groups.
+
+Each group is one step: an akgpy kernel (a compiled Program of the group's subgraph), a
+library contraction, or a numpy fallback op. The program binds the model's weights itself,
+passes each step its inputs from one environment of named arrays, and drops an intermediate
+as soon as its last consumer has run, so peak memory is the live set, not the whole graph.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import ArgumentError
+from ..fusion.partition import Group, Partition
+from .program import ALIGN, Kernel, Program, aligned_empty, as_numpy
+
+
+def _aligned(a: np.ndarray) -> np.ndarray:
+    if a.flags.c_contiguous and a.ctypes.data % ALIGN == 0 and a.flags.writeable:
+        return a
+    out = aligned_empty(a.shape, a.dtype)
+    np.copyto(out, a)
+    return out
+
+
+@dataclass
+class Step:
+    group: Group
+    run: Callable[[Sequence[np.ndarray]], tuple]
+    program: Program | None = None  # set for akgpy kernels
+    note: str = ""  # why a library kernel was chosen, or what fell back
+
+    @property
+    def kernel(self) -> Kernel | None:
+        return self.program.kernels[0] if self.program is not None else None
+
+    @property
+    def label(self) -> str:
+        if self.program is not None:
+            return self.kernel.name
+        return f"{self.group.kind}:{self.group.name}"
+
+
+class ModelProgram:
+    def __init__(self, partition: Partition, steps: list[Step], target: str, notes: Sequence[str] = ()):
+        self.graph, self.partition, self.steps, self.target = partition.graph, partition, steps, target
+        self.notes = list(notes)
+        g = self.graph
+        last: dict[str, int] = {}
+        for k, st in enumerate(steps):
+            for t in st.group.inputs:
+                last[t] = k
+        keep = set(g.outputs) | set(g.inputs)
+        self._free_after = [[t for t, k2 in last.items() if k2 == k and t not in keep] for k in range(len(steps))]
+        self._times: list[float] | None = None
+        # Kernels take unaligned arrays only through a copy: align the weights once, not per call.
+        self._bound = {n: _aligned(a) for n, a in g.bound.items()}
+
+    # -- what it is ----------------------------------------------------------------------
+    @property
+    def kernels(self) -> list[Kernel]:
+        return [st.kernel for st in self.steps if st.program is not None]
+
+    @property
+    def launches(self) -> int:
+        """Generated kernels plus library and fallback calls: what one inference launches
+        (reshape views move no data and launch nothing)."""
+        return sum(st.group.kind != "view" for st in self.steps)
+
+    def fallbacks(self) -> list[str]:
+        return [f"{self.graph.ops[st.group.ops[0]].label(st.group.ops[0])}: {st.note}"
+                for st in self.steps if st.group.kind == "fallback"]
+
+    def __repr__(self) -> str:
+        kinds = [st.group.kind for st in self.steps]
+        return (f"ModelProgram({self.graph.name!r}, {len(self.graph.ops)} ops in {len(self.steps)} groups: "
+                f"{kinds.count('kernel')} kernels, {kinds.count('library')} library, "
+                f"{kinds.count('fallback')} fallback, {kinds.count('view')} views)")
+
+    # -- running -------------------------------------------------------------------------
+    def _bind(self, arrays: Sequence[Any]) -> dict[str, np.ndarray]:
+        g = self.graph
+        free = g.free_inputs
+        if len(arrays) != len(free):
+            raise ArgumentError(f"{g.name} takes {len(free)} inputs ({', '.join(free)}), got {len(arrays)}")
+        env = dict(self._bound)
+        for name, x in zip(free, arrays):
+            t, a = g.tensors[name], as_numpy(x, name)
+            if a.dtype != dtypes.to_numpy(t.dtype) or a.shape != t.shape:
+                raise ArgumentError(f"expected {t.dtype}{list(t.shape)}, got {a.dtype}{list(a.shape)}", tensor=name)
+            env[name] = a
+        return env
+
+    def __call__(self, *arrays: Any) -> tuple[np.ndarray, ...]:
+        return self._run(self._bind(arrays), None)
+
+    def _run(self, env: dict[str, np.ndarray], times: list[float] | None) -> tuple[np.ndarray, ...]:
+        for k, st in enumerate(self.steps):
+            t0 = time.perf_counter()
+            outs = st.run([env[n] for n in st.group.inputs])
+            if times is not None:
+                times[k] += time.perf_counter() - t0
+            env.update(zip(st.group.outputs, outs))
+            for t in self._free_after[k]:
+                env.pop(t, None)
+        return tuple(env[n] for n in self.graph.outputs)
+
+    def profile(self, *arrays: Any, repeat: int = 10) -> str:
+        """Run `repeat` times, timing each step; returns report() with the measured shares."""
+        env0 = self._bind(arrays)
+        self._run(dict(env0), None)  # warm: first calls JIT and fault in pages
+        runs = []
+        for _ in range(repeat):
+            t = [0.0] * len(self.steps)
+            self._run(dict(env0), t)
+            runs.append(t)
+        self._times = [float(np.median([r[k] for r in runs])) for k in range(len(self.steps))]
+        return self.report()
+
+    def report(self) -> str:
+        """Per group: its ops, the kernel (or library/fallback call) and, after profile(), its
+        median time and share of the total."""
+        total = sum(self._times) if self._times else 0.0
+        lines = [repr(self), f"{'group':6} {'kind':8} {'kernel':34} {'ms':>8} {'share':>6}  ops"]
+        for k, st in enumerate(self.steps):
+            ops = ", ".join(self.graph.ops[i].name for i in st.group.ops)
+            ms = f"{self._times[k] * 1e3:8.3f}" if self._times else f"{'-':>8}"
+            share = f"{self._times[k] / total:6.1%}" if total else f"{'-':>6}"
+            lines.append(f"{st.group.name:6} {st.group.kind:8} {st.label[:34]:34} {ms} {share}  {ops}")
+        if self._times:
+            lines.append(f"total {total * 1e3:.3f} ms (sum of per-step medians)")
+        if self.notes:
+            lines += ["notes:"] + [f"  {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def explain(self, *, timeout_s: float = 10.0) -> str:
+        parts = [self.partition.describe(), self.report()]
+        parts += [st.program.explain(timeout_s=timeout_s) for st in self.steps if st.program is not None]
+        return "\n\n".join(parts)
+
+    def source(self) -> str:
+        return "\n\n".join(st.program.source() for st in self.steps if st.program is not None)
+
+    # -- picture -------------------------------------------------------------------------
+    def to_dot(self) -> str:
+        from .picture import to_dot
+        return to_dot(self.partition)
+
+    def render(self, path: str) -> str:
+        """Draw the graph with each fused group boxed and coloured (.svg, .png, .pdf or .dot).
+        Uses Graphviz's `dot` when it is installed, else akgpy's own SVG layout (.svg only)."""
+        from .picture import render
+        return render(self.partition, path)

@@ -341,7 +341,14 @@ def _gemm(im: _Importer, node):
     b = im.b
     ta, tb = bool(im._attr("transA", 0)), bool(im._attr("transB", 0))
     alpha, beta = float(im._attr("alpha", 1.0)), float(im._attr("beta", 1.0))
-    y = b.matmul(im.val(node.input[0]), im.val(node.input[1]), transpose_a=ta, transpose_b=tb)
+    wname = node.input[1]
+    if tb and wname in im.consts and wname not in im.values:
+        # nn.Linear's [out, in] weight: transposed once here, so the kernel streams B's rows
+        w = im.b.weight(_safe(wname) + "_t", np.ascontiguousarray(im.consts[wname].T))
+        tb = False
+    else:
+        w = im.val(wname)
+    y = b.matmul(im.val(node.input[0]), w, transpose_a=ta, transpose_b=tb)
     if alpha != 1.0:
         y = b.mul(y, alpha)
     if len(node.input) > 2 and node.input[2] and beta != 0.0:
@@ -371,6 +378,35 @@ def _conv(im: _Importer, node):
         pads = [lo[0], lo[1], ph - lo[0], pw - lo[1]]
     elif auto == "VALID":
         pads = [0, 0, 0, 0]
+    if kh == kw == 1 and sh == sw == 1 and not any(pads) and n <= MAX_GEMM_BATCH:
+        y = _conv1x1(im, x, wc, n, c, h, wd, o)
+    else:
+        y = _conv_nhwc(im, x, wc, node, pads, sh, sw)
+    if len(node.input) > 2 and node.input[2]:
+        bias = im.const(node.input[2], "Conv bias")
+        y = b.add(y, b.weight(_safe(node.input[2]) + "_nchw", bias.reshape(1, o, 1, 1)))
+    return [y]
+
+
+# A 1x1 convolution is a GEMM on NCHW data: W[o, c] @ x[n][c, h*w]. It needs no layout change,
+# and its epilogue (per-channel scale, residual) stays contiguous. The weight is repeated per
+# image (batched MatMul operands have equal batch dims); above this many images the NHWC path
+# is used instead, to bound that copy.
+MAX_GEMM_BATCH = 8
+
+
+def _conv1x1(im: _Importer, x: Value, wc: np.ndarray, n: int, c: int, h: int, wd: int, o: int) -> Value:
+    b = im.b
+    wm = np.ascontiguousarray(np.broadcast_to(wc.reshape(o, c), (n, o, c)))
+    w = b.weight(_safe(im.node.input[1]) + "_gemm", wm)
+    y = b.matmul(w, b.reshape(x, [n, c, h * wd]))
+    return b.reshape(y, [n, o, h, wd])
+
+
+def _conv_nhwc(im: _Importer, x: Value, wc: np.ndarray, node, pads, sh: int, sw: int) -> Value:
+    b = im.b
+    n, c, h, wd = x.shape
+    o, _, kh, kw = wc.shape
     xt = b.transpose(x, [0, 2, 3, 1])
     if any(pads):
         shape = [n, h + pads[0] + pads[2], wd + pads[1] + pads[3], c]
@@ -380,11 +416,7 @@ def _conv(im: _Importer, node):
     ho, wo = (xt.shape[1] - kh) // sh + 1, (xt.shape[2] - kw) // sw + 1
     y = b.op("Conv2D", [xt, w], [n, ho, wo, o], x.dtype, stride=[1, 1, sh, sw], pad_list=[0, 0, 0, 0],
              dilation=[1, 1, 1, 1])
-    y = b.transpose(y, [0, 3, 1, 2])
-    if len(node.input) > 2 and node.input[2]:
-        bias = im.const(node.input[2], "Conv bias")
-        y = b.add(y, b.weight(_safe(node.input[2]) + "_nchw", bias.reshape(1, o, 1, 1)))
-    return [y]
+    return b.transpose(y, [0, 3, 1, 2])
 
 
 def _batchnorm(im: _Importer, node):

@@ -159,6 +159,7 @@ def _contraction(sch, block, cfg: ScheduleConfig) -> None:
     sch.reorder(*outer, jo, io, *reduce, ii, ji)
     par = sch.fuse(*outer, jo, io)
     _parallel(sch, par, cfg)
+    sch.annotate(par, "akgpy_tile", 1)  # plain_schedule moves the epilogue under this loop
     init = _try(sch.decompose_reduction, block, reduce[0])
     if cfg.unroll:
         _try(sch.unroll, ii)
@@ -173,13 +174,40 @@ def _contraction(sch, block, cfg: ScheduleConfig) -> None:
 def plain_schedule(low: Lowered, cfg: ScheduleConfig | None = None):
     cfg = cfg or default_config()
     sch = s_tir.Schedule(low.func)
+    tiles = {}  # contraction block name -> its parallel tile loop
     for name in inline_injective(sch, low):
         b = sch.get_sblock(name)
         role = low.roles.get(name, "elemwise")
         if role == "contract":
+            out = sch.get(b).writes[0].source.name
             _try(_contraction, sch, b, cfg)
+            tile = next((lp for lp in sch.get_loops(b) if "akgpy_tile" in sch.get(lp).annotations), None)
+            if tile is not None:
+                tiles[out] = tile
         elif role == "reduce":
             _try(_reduction, sch, b, cfg)
-        else:
+        elif _try(_epilogue, sch, b, tiles, cfg) is None:
             _try(_spatial, sch, b, cfg)
     return sch
+
+
+def _epilogue(sch, block, tiles: dict, cfg: ScheduleConfig):
+    """An elementwise consumer of a contraction runs inside the contraction's tile loop, on
+    the tile just computed (still in L1), instead of a second pass over the whole result."""
+    blk = sch.get(block)
+    reads = {r.source.name: r for r in blk.reads}
+    producer = next((n for n in tiles if n in reads), None)
+    if producer is None:
+        return None
+    # Only when the consumer reads the tile through a permutation of its own iterators: TVM's
+    # reverse_compute_at covers a reshaped (div/mod) read with a box larger than the tile and
+    # would read elements no tile has produced yet.
+    ivars = {iv.var.same_as for iv in blk.iter_vars}
+    for rng in reads[producer].region:
+        lo = rng.min
+        if not (int(getattr(rng.extent, "value", 0)) == 1 and
+                (hasattr(lo, "value") or any(same(lo) for same in ivars))):
+            return None
+    sch.reverse_compute_at(block, tiles[producer], preserve_unit_loops=True)
+    vectorize_innermost(sch, block, cfg)
+    return True

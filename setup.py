@@ -3,14 +3,16 @@ from setuptools import find_packages, setup
 setup(
     name="akgpy",
     version="0.1.0",
-    description="Graph-kernel fusion compiler: composite-JSON / builder graphs -> TVM TE -> LLVM kernels",
+    description="Graph-kernel fusion compiler: ONNX / composite-JSON / builder graphs -> fused TVM TE -> LLVM kernels",
     long_description=open("README.md").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["akgpy", "akgpy.*"]),
     install_requires=["islpy", "apache-tvm==0.27.*", "numpy>=1.24", "sympy"],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6", "pytest-timeout>=2.2", "pytest-xdist>=3"],
+        "test": ["pytest>=7", "hypothesis>=6", "pytest-timeout>=2.2", "pytest-xdist>=3", "onnx>=1.16",
+                 "onnxruntime>=1.18"],
+        "onnx": ["onnx>=1.16"],
         "torch": ["torch"],
     },
     entry_points={"console_scripts": []},

@@ -82,6 +82,7 @@ def compile_model(graph: Graph, target: str = "llvm", *, schedule: str = "poly",
     from .fusion import Limits, partition
     from .runtime.library import fallback, library_contraction, supports_library
     from .runtime.model import ModelProgram, Step
+    from .runtime.picture import to_dot
     from .te.lower import ident
 
     if contraction not in ("generated", "library"):
@@ -92,6 +93,7 @@ def compile_model(graph: Graph, target: str = "llvm", *, schedule: str = "poly",
                    if supports_library(op, [graph.tensors[t] for t in op.inputs], graph.tensors[op.outputs[0]])}
     part = partition(graph, library=library, limits=limits or Limits(), fuse=fuse)
     dump(ident(graph.name), "0_partition.txt", part.describe)
+    dump(ident(graph.name), "0_partition.dot", lambda: to_dot(part))
     steps = []
     for grp in part.groups:
         if grp.kind == "kernel":

@@ -132,3 +132,28 @@ def mlp(batch: int = 128, sizes=(784, 1024, 1024, 10), seed: int = 0):
 
 
 MODELS = {"bert_layer": bert_layer, "resnet_bottleneck": resnet_bottleneck, "mlp": mlp}
+
+
+def main(argv=None) -> int:
+    """python3 -m akgpy.zoo [--model bert_layer] [--save model.onnx] [--render fusion.svg]"""
+    import argparse
+
+    import akgpy
+    ap = argparse.ArgumentParser(description="build a zoo model; save it, or draw its fusion groups")
+    ap.add_argument("--model", default="bert_layer", choices=sorted(MODELS))
+    ap.add_argument("--save", default=None, help="write the ONNX model here")
+    ap.add_argument("--render", default=None, help="compile it and draw the fused groups (.svg/.png/.pdf/.dot)")
+    a = ap.parse_args(argv)
+    model, _ = MODELS[a.model]()
+    if a.save:
+        import onnx
+        onnx.save(model, a.save)
+    if a.render:
+        prog = akgpy.fuse(akgpy.from_onnx(model))
+        print(repr(prog))
+        print(prog.render(a.render))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

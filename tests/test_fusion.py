@@ -252,3 +252,17 @@ def test_picture_dot_and_svg_without_graphviz(tmp_path, monkeypatch):
         prog.render(str(tmp_path / "f.png"))
     prog.render(str(tmp_path / "f.dot"))
     assert (tmp_path / "f.dot").read_text() == dot
+
+
+def test_dump_switch_writes_the_partition_and_every_kernel(tmp_path, monkeypatch):
+    monkeypatch.setenv("AKGPY_DUMP", str(tmp_path))
+    b = GraphBuilder("dumped", model=True)
+    x = b.input("x", (16, 8))
+    w = b.weight("w", RNG.standard_normal((8, 8)).astype(np.float32))
+    b.output(softmax(b, b.matmul(x, w)))
+    prog = akgpy.fuse(b.build())
+    part = (tmp_path / "dumped" / "0_partition.txt").read_text()
+    assert "decisions:" in part and "stitched" in part
+    assert (tmp_path / "dumped" / "0_partition.dot").read_text() == prog.to_dot()
+    for k in prog.kernels:
+        assert (tmp_path / k.name / "2_scheduled.py").is_file()

@@ -51,7 +51,8 @@ def test_bert_encoder_layer_matches_onnxruntime():
 def test_resnet_bottleneck_matches_onnxruntime():
     model, inputs = zoo.resnet_bottleneck(channels=64, width=16, size=14)
     g, prog = check_against_ort(model, inputs)
-    assert sum(op.name == "Conv2D" for op in g.ops) == 3
+    # the 3x3 conv runs as NHWC Conv2D, the 1x1 convs as GEMMs on NCHW data (no transposes)
+    assert sum(op.name == "Conv2D" for op in g.ops) == 1 and sum(op.name == "MatMul" for op in g.ops) == 2
     kinds = [st.group.pattern for st in prog.steps]
     assert kinds.count("contraction") == 3  # BN + ReLU (+ residual) fused as conv epilogues
     convs = [st for st in prog.steps if st.group.pattern == "contraction"]
@@ -162,3 +163,21 @@ def test_model_file_path_round_trip(tmp_path):
     out = akgpy.fuse(g)(inputs["x"])[0]
     np.testing.assert_allclose(out, ort_run(model, inputs)[0], rtol=1e-4, atol=1e-4)
     assert math.isclose(float(out.sum()), 4.0, rel_tol=1e-5)  # softmax rows
+
+
+def test_shape_subgraph_folds_away():
+    """Shape -> Gather -> Unsqueeze -> Concat -> Reshape, as exporters write a flatten: every
+    node of the chain is evaluated at import, the Reshape gets a static shape."""
+    N = helper.make_node
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array([0], np.int64), "ax0"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus1")]
+    nodes = [N("Shape", ["x"], ["s"]), N("Gather", ["s", "zero"], ["b"], axis=0),
+             N("Unsqueeze", ["b", "ax0"], ["b1"]), N("Concat", ["b1", "minus1"], ["shape"], axis=0),
+             N("Identity", ["shape"], ["shape2"]), N("Reshape", ["x", "shape2"], ["flat"]),
+             N("Relu", ["flat"], ["y"])]
+    model = _model(nodes, [_vi("x", [2, 3, 4])], [_vi("y", [2, 12])], inits)
+    g = akgpy.from_onnx(model)
+    assert [op.name for op in g.ops] == ["Reshape", "Maximum"]
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(akgpy.fuse(g)(x)[0], ort_run(model, {"x": x})[0])

@@ -879,6 +879,50 @@ def test_custom_corpus_lu_source_matches():
     golden(out, np.full((128, 128), 0.5), "float32")
 
 
+# -- Erf and the fallback ops (Concat, StridedSlice, Gather) ------------------------------------
+
+@covers("Erf")
+def test_erf():
+    # erf(1), erf(-0.5), erf(2) from tables (Abramowitz & Stegun 7.1)
+    golden(unary("Erf", f32([0.0, 1.0, -0.5, 2.0]), "float32"),
+           [0.0, 0.8427007929497149, -0.5204998778130465, 0.9953222650189527], "float32", rtol=1e-7)
+
+
+@covers("Concat")
+def test_concat_axis_1():
+    b = GraphBuilder("cat")
+    x, y = b.input("x", (2, 1), "int32"), b.input("y", (2, 2), "int32")
+    b.output(b.op("Concat", [x, y], (2, 3), "int32", axis=-1))
+    (out,) = run(b.build(), [arr([[1], [2]], np.int32), arr([[3, 4], [5, 6]], np.int32)])
+    golden(out, [[1, 3, 4], [2, 5, 6]], "int32")
+
+
+@covers("StridedSlice")
+def test_strided_slice_negative_stride_and_clamped_end():
+    b = GraphBuilder("sl")
+    x = b.input("x", (2, 5), "int32")
+    b.output(b.op("StridedSlice", [x], (1, 3), "int32", begin=[1, 4], end=[99, -99], strides=[1, -2]))
+    (out,) = run(b.build(), [arr([[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]], np.int32)])
+    golden(out, [[9, 7, 5]], "int32")
+
+
+@covers("Gather")
+def test_gather_axis_1_with_negative_index():
+    b = GraphBuilder("ga")
+    x, i = b.input("x", (2, 3), "float32"), b.input("i", (2,), "int64")
+    b.output(b.op("Gather", [x, i], (2, 2), "float32", axis=1))
+    (out,) = run(b.build(), [f32([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]), arr([2, -3], np.int64)])
+    golden(out, [[3.0, 1.0], [6.0, 4.0]], "float32")
+
+
+def test_gather_out_of_range_index_is_an_argument_error():
+    b = GraphBuilder("ga2")
+    x, i = b.input("x", (3,), "float32"), b.input("i", (1,), "int64")
+    b.output(b.op("Gather", [x, i], (1,), "float32", axis=0))
+    with pytest.raises(akgpy.errors.ArgumentError, match="index 3 out of range"):
+        run(b.build(), [f32([1.0, 2.0, 3.0]), arr([3], np.int64)])
+
+
 # -- meta ----------------------------------------------------------------------------------------
 
 def test_every_op_has_a_golden_case():

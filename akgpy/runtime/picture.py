@@ -110,6 +110,12 @@ def svg(p: Partition) -> str:
     for a, b in edges:
         xa, ya, ha = pos[a]
         xb, yb, _ = pos[b]
+        if layer[b] - layer[a] > 1:  # skips layers: bend around the boxes in between, on the right
+            x1, x2 = xa + w, xb + w
+            bulge = max(x1, x2) + gap_x * 0.8
+            out.append(f'<path d="M{x1},{ya + ha / 2} C{bulge},{ya + ha / 2} {bulge},{yb + 10} {x2},{yb + 10}" '
+                       'fill="none" stroke="#555" stroke-dasharray="4,2" marker-end="url(#a)"/>')
+            continue
         out.append(f'<line x1="{xa + w / 2}" y1="{ya + ha}" x2="{xb + w / 2}" y2="{yb}" stroke="#555" '
                    'marker-end="url(#a)"/>')
     for grp in p.groups:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 
 import tvm_ffi
-from tvm import ir, s_tir
+from tvm import ir, s_tir, tirx
 
 from ..te.builders import largest_divisor
 from ..te.lower import Lowered
@@ -191,6 +191,19 @@ def plain_schedule(low: Lowered, cfg: ScheduleConfig | None = None):
     return sch
 
 
+def _reads_tile_directly(blk, region) -> bool:
+    """Every index of the read is one of the block's iterators or a constant: the consumer's
+    region for one tile of the producer is then exactly a box."""
+    ivars = [iv.var for iv in blk.iter_vars]
+    for rng in region.region:
+        lo = rng.min
+        if int(getattr(rng.extent, "value", 0)) != 1:
+            return False
+        if not (hasattr(lo, "value") or any(lo.same_as(v) for v in ivars)):
+            return False
+    return True
+
+
 def _epilogue(sch, block, tiles: dict, cfg: ScheduleConfig):
     """An elementwise consumer of a contraction runs inside the contraction's tile loop, on
     the tile just computed (still in L1), instead of a second pass over the whole result."""
@@ -202,11 +215,15 @@ def _epilogue(sch, block, tiles: dict, cfg: ScheduleConfig):
     # Only when the consumer reads the tile through a permutation of its own iterators: TVM's
     # reverse_compute_at covers a reshaped (div/mod) read with a box larger than the tile and
     # would read elements no tile has produced yet.
-    ivars = {iv.var.same_as for iv in blk.iter_vars}
-    for rng in reads[producer].region:
-        lo = rng.min
-        if not (int(getattr(rng.extent, "value", 0)) == 1 and
-                (hasattr(lo, "value") or any(same(lo) for same in ivars))):
+    if not _reads_tile_directly(blk, reads[producer]):
+        # A reshaped read (C[0, c, h*56 + w]): iterate the consumer in C's own index space
+        # instead, when that is a bijection (it is for reshapes that split or merge dims).
+        loads = []
+        tvm_ffi.structural_walk(blk.body, [(ir.TensorLoad, loads.append)])
+        index = next(ld.indices for ld in loads if ld.source.name == producer)
+        sch.transform_block_layout(block, tirx.IndexMap([iv.var for iv in blk.iter_vars], list(index), None))
+        blk = sch.get(block)
+        if not _reads_tile_directly(blk, {r.source.name: r for r in blk.reads}[producer]):
             return None
     sch.reverse_compute_at(block, tiles[producer], preserve_unit_loops=True)
     vectorize_innermost(sch, block, cfg)

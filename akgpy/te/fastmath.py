@@ -56,9 +56,8 @@ def _exp_reduced(x, xc, n):
 
 
 def _exp_poly(x, n, r):
-    y = _c(1.9875691500e-4)
-    for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
-        y = y * r + _c(c)
+    y = _horner((1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
+                 5.0000001201e-1), r)
     y = y * r * r + r + _c(1.0)
     ni = n.astype("int32")
     # 2^n from the exponent bits; n = 128 (x just below ln(FLT_MAX)) is 2^127 * 2
@@ -81,14 +80,16 @@ def tanh(x):
                                   lambda xc: _let(xc * xc, lambda x2: _tanh(x, xc, x2))))
 
 
+def _horner(coeffs, x, const=_c):
+    """coeffs[0] * x^(n-1) + ... + coeffs[-1]."""
+    p = const(coeffs[0])
+    for c in coeffs[1:]:
+        p = p * x + const(c)
+    return p
+
+
 def _tanh(x, xc, x2):
-    p = _c(_TANH_P[0])
-    for c in _TANH_P[1:]:
-        p = p * x2 + _c(c)
-    q = _c(_TANH_Q[0])
-    for c in _TANH_Q[1:]:
-        q = q * x2 + _c(c)
-    res = tirx.Select(tirx.abs(x) < _c(0.0004), x, xc * p / q)
+    res = tirx.Select(tirx.abs(x) < _c(0.0004), x, xc * _horner(_TANH_P, x2) / _horner(_TANH_Q, x2))
     return tirx.Select(_is_number(x), res, x)
 
 
@@ -122,9 +123,7 @@ def _log_bits(x, tiny, bits):
 
 def _log_poly(x, m, ef):
     z = m * m
-    y = _c(_LOG_P[0])
-    for c in _LOG_P[1:]:
-        y = y * m + _c(c)
+    y = _horner(_LOG_P, m)
     y = y * m * z + ef * _c(-2.12194440e-4) - _c(0.5) * z
     res = m + y + ef * _c(0.693359375)
     res = tirx.Select(x == _c(0.0), _c(float("-inf")), res)
@@ -150,10 +149,4 @@ def erf(x):
 
 
 def _erf(x, xc, x2, c):
-    p = c(_ERF_P[0])
-    for k in _ERF_P[1:]:
-        p = p * x2 + c(k)
-    q = c(_ERF_Q[0])
-    for k in _ERF_Q[1:]:
-        q = q * x2 + c(k)
-    return tirx.Select(_is_number(x), xc * p / q, x)
+    return tirx.Select(_is_number(x), xc * _horner(_ERF_P, x2, c) / _horner(_ERF_Q, x2, c), x)

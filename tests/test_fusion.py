@@ -290,3 +290,15 @@ def test_outputs_are_fresh_arrays_while_intermediates_are_reused():
     unaligned[...] = x1
     for a, b_ in zip(prog(unaligned), first):
         np.testing.assert_array_equal(a, b_)
+
+
+def test_dead_ops_are_dropped_with_a_decision():
+    b = GraphBuilder("dead", model=True)
+    x = b.input("x", (8,))
+    b.exp(x) * 2.0  # computed, never used
+    b.output(-x)
+    g = b.build()
+    p = partition(g)
+    assert groups_as_names(p) == [["Neg"]]
+    assert sum("dead" in d.reason for d in p.decisions) == 2
+    check_model(g)

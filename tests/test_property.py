@@ -157,3 +157,29 @@ def test_hash_ignores_leftover_attrs_and_kernel_name():
     b.output(b.op("TensorAdd", [x, x], (4,), "float32", visited=True, pri_format="NC1HWC0"))
     g2 = b.build()
     assert g1.hash() == g2.hash()
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(g=graphs(), max_ops=st.integers(1, 6), seed=st.integers(0, 2 ** 16))
+def test_random_model_graphs_partition_soundly(g: Graph, max_ops: int, seed: int):
+    """The same graphs as whole models: every live op in exactly one group (dead ones dropped),
+    groups in an order where each input is ready, the size limit kept, and the program matches
+    the reference."""
+    from akgpy.fusion import Limits, partition
+    model = dataclasses.replace(g, kind="model")
+    limits = Limits(max_ops=max_ops)
+    p = partition(model, limits=limits)
+    ops = sorted(i for grp in p.groups for i in grp.ops)
+    dead = [i for i, d in enumerate(model.ops) if any(dd.consumer == d.label(i) and "dead" in dd.reason
+                                                       for dd in p.decisions)]
+    assert sorted(ops + dead) == list(range(len(model.ops)))
+    used = {t for i in ops for t in model.ops[i].inputs} | set(model.outputs)
+    assert all(not set(model.ops[i].outputs) & used for i in dead)
+    ready = set(model.inputs) | {n for n, t in model.tensors.items() if t.is_const}
+    for grp in p.groups:
+        assert len(grp.ops) <= max_ops
+        assert set(grp.inputs) <= ready, (grp.name, set(grp.inputs) - ready)
+        ready |= {t for i in grp.ops for t in model.ops[i].outputs}
+    prog = akgpy.fuse(model, limits=limits)
+    bad = check_program(model, prog, seed=seed)
+    assert not bad, f"{model.describe()}\n{p.describe()}\n" + "\n".join(map(str, bad))

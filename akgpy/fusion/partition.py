@@ -129,10 +129,12 @@ class _Partitioner:
         for i, op in enumerate(g.ops):
             for t in op.inputs:
                 self.consumers.setdefault(t, []).append(i)
+        self.dead = _dead_ops(g, self.producer)  # computed but never used: not compiled at all
         self.groups = {i: Group(i, [i], op_pattern(op, i in library), op_kind(op, i in library))
-                       for i, op in enumerate(g.ops)}
-        self.owner = {i: i for i in range(len(g.ops))}  # op -> group id
-        self.decisions: list[Decision] = []
+                       for i, op in enumerate(g.ops) if i not in self.dead}
+        self.owner = {i: i for i in range(len(g.ops)) if i not in self.dead}  # op -> group id
+        self.decisions: list[Decision] = [Decision("-", g.ops[i].label(i), False, "dead: no output of the graph "
+                                                   "depends on it; removed") for i in sorted(self.dead)]
 
     # -- the walk ------------------------------------------------------------------------
     def run(self) -> None:
@@ -141,6 +143,8 @@ class _Partitioner:
         # MatMul that produced x (which would split LayerNorm into three kernels).
         rank = {REDUCE: 0, INJECTIVE: 1, CONTRACTION: 2, OPAQUE: 3}
         for i, op in enumerate(self.g.ops):
+            if i in self.dead:
+                continue
             pids = []
             for t in op.inputs:
                 if t in self.producer and self.owner[self.producer[t]] not in pids:
@@ -230,7 +234,7 @@ class _Partitioner:
         out = set()
         for i in self.groups[gid].ops:
             for t in self.g.ops[i].outputs:
-                out.update(self.owner[c] for c in self.consumers.get(t, ()))
+                out.update(self.owner[c] for c in self.consumers.get(t, ()) if c in self.owner)
         out.discard(gid)
         return out
 
@@ -274,7 +278,7 @@ class _Partitioner:
                 if t not in made and t not in ins and not _scalar_const(g.tensors[t]):
                     ins.append(t)
         outs = [t for i in ops for t in g.ops[i].outputs
-                if t in g.outputs or any(c not in members for c in self.consumers.get(t, ()))]
+                if t in g.outputs or any(c not in members and c in self.owner for c in self.consumers.get(t, ()))]
         return tuple(ins), tuple(outs)
 
     def finish(self) -> Partition:
@@ -307,6 +311,16 @@ class _Partitioner:
                     ready.sort()
         assert len(out) == len(groups), "fusion produced a cyclic group graph"
         return out
+
+
+def _dead_ops(g: Graph, producer: dict[str, int]) -> set[int]:
+    live, stack = set(), [producer[t] for t in g.outputs if t in producer]
+    while stack:
+        i = stack.pop()
+        if i not in live:
+            live.add(i)
+            stack.extend(producer[t] for t in g.ops[i].inputs if t in producer)
+    return set(range(len(g.ops))) - live
 
 
 def _scalar_const(t: Tensor) -> bool:

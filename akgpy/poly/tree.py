@@ -238,7 +238,11 @@ def _vector_split(model, opts, stmts, exprs, coincident, q, notes, where) -> boo
     if lanes < 4 or not coincident[q]:
         return False
     ext = _extent_of(model, stmts, exprs, q)
-    L = max((d for d in range(4, lanes + 1) if ext % d == 0), default=0)
+    # a power of two of at least half a register (LLVM splits 26 lanes into 16 + 8 + 2), else
+    # the largest divisor there is
+    L = _pow2_lanes(ext, lanes)
+    if L < max(4, lanes // 2):
+        L = max((d for d in range(4, lanes + 1) if ext % d == 0), default=0)
     if L < 4:
         notes.append(f"vector: {where}: extent {ext} has no divisor in [4, {lanes}]; scalar")
         return False
@@ -353,6 +357,15 @@ def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced):
         def has_inner(n) -> bool:
             kept = {consts[m][n][0] for m in range(keep)}
             return any(e > 1 and d not in kept for d, e in enumerate(facts[n][1]))
+        # statements whose stride-1 dims are different kept members: only one can be innermost,
+        # so the band ends above the first of them and each runs its own order below it (a
+        # transpose's producer computes along its rows, the transpose writes along its own)
+        s1 = {n: next((q for q in range(keep) if consts[q][n][0] == facts[n][0]), None) for n in names}
+        clash = sorted({q for q in s1.values() if q is not None})
+        if len(clash) > 1 and clash[0] >= 1:
+            notes.append(f"fusion: {where}: isl band members {clash} are stride-1 dims of different statements; "
+                         f"the band ends above member {clash[0]} and each statement runs its own order below it")
+            keep, consts = clash[0], consts[:clash[0]]
         for q in range(keep):
             strided = [n for n in names if consts[q][n][0] == facts[n][0]
                        and (has_inner(n) or (q != keep - 1 and not permutable))]
@@ -442,14 +455,14 @@ def _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where):
     if lanes < 4 or last < 1:
         return exprs, coincident, None
     ext = _extent_of(model, stmts, exprs, last)
-    if any(ext % d == 0 for d in range(4, lanes + 1)):
+    if _pow2_lanes(ext, lanes) >= max(4, lanes // 2):  # already a good vector
         return exprs, coincident, None
     q, total = last, ext
-    while q - 1 >= 1 and total < 4 * lanes and coincident[q - 1] and \
+    while q - 1 >= 1 and _pow2_lanes(total, lanes) < lanes and coincident[q - 1] and \
             all(_contiguous_tail(s, exprs[s.name][q - 1:]) for s in stmts):
         q -= 1
         total *= _extent_of(model, stmts, exprs, q)
-    if q == last:
+    if q == last or _pow2_lanes(total, lanes) <= _pow2_lanes(ext, lanes):
         return exprs, coincident, None
     new, dims = {}, {}
     for s in stmts:
@@ -461,8 +474,16 @@ def _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where):
         new[s.name] = exprs[s.name][:q] + [" + ".join(reversed(terms))]
         dims[s.name] = [s.dims.index(d) for d in exprs[s.name][q:]]
     notes.append(f"order: {where}: members {q}..{last} coalesced into one of {total} iterations "
-                 f"(the innermost had {ext}, too short to vectorise)")
+                 f"(the innermost had {ext}, no power-of-two vector of half a register)")
     return new, coincident[:q] + [all(coincident[q:])], dims
+
+
+def _pow2_lanes(ext: int, lanes: int) -> int:
+    """The largest power of two <= lanes that divides ext."""
+    p = 1
+    while p * 2 <= lanes and ext % (p * 2) == 0:
+        p *= 2
+    return p
 
 
 def _contiguous_tail(s: Statement, dims: list[str]) -> bool:

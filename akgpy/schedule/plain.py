@@ -72,13 +72,14 @@ def vectorize_innermost(sch, block, cfg: ScheduleConfig) -> list:
     return loops
 
 
-def inline_injective(sch, low: Lowered) -> list[str]:
-    """Inline every elementwise block into its consumers; the names of the blocks left, in order."""
+def inline_injective(sch, low: Lowered, keep=frozenset()) -> list[str]:
+    """Inline every elementwise block (except those in `keep`) into its consumers; the names of
+    the blocks left, in order."""
     names = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
     left = []
     for name in names:
         try:
-            if low.roles.get(name) == "elemwise":
+            if low.roles.get(name) == "elemwise" and name not in keep:
                 sch.compute_inline(sch.get_sblock(name))
                 continue
         except s_tir.ScheduleError:  # e.g. an output block: it stays, scheduled on its own

@@ -113,10 +113,33 @@ def _prepass(low: Lowered, cfg: ScheduleConfig):
     """(func after inlining and row rfactor, inlined block names, rfactored block names)."""
     sch = s_tir.Schedule(low.func)
     before = _block_names(sch)
-    left = inline_injective(sch, low)
+    left = inline_injective(sch, low, keep=_transpose_sources(low.func))
     inlined = [n for n in before if n not in set(left)]
     rfactored = rfactor_rows(sch, left, low.roles, cfg)
     return sch.mod["main"], inlined, rfactored
+
+
+def _transpose_sources(func) -> set[str]:
+    """Elementwise blocks that feed a Transpose and compute something (more than a copy or a
+    cast of an input). Inlined, their math would run in the transposed order: scalar, with
+    every operand gathered across its stride-1 dim. Kept, they are statements of their own
+    that the tree passes run vectorised in their natural order, next to the transpose."""
+    blocks = _blocks(func)
+    writer = {b.writes[0].source.name: n for n, b in blocks.items() if b.writes}
+    out = set()
+    for name, b in blocks.items():
+        if not name.startswith("Transpose_"):
+            continue
+        for r in b.reads:
+            src = writer.get(r.source.name)
+            if src is None:
+                continue
+            loads = []
+            structural_walk(blocks[src].body, [(ir.TensorLoad, loads.append)])
+            read = {ld.source.name for ld in loads}
+            if len(read) >= 2 or read & set(writer):  # combines operands, or ends a chain
+                out.add(src)
+    return out
 
 
 def _blocks(func) -> dict:

@@ -362,7 +362,7 @@ def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced):
         # transpose's producer computes along its rows, the transpose writes along its own)
         s1 = {n: next((q for q in range(keep) if consts[q][n][0] == facts[n][0]), None) for n in names}
         clash = sorted({q for q in s1.values() if q is not None})
-        if len(clash) > 1 and clash[0] >= 1:
+        if len(clash) > 1:
             notes.append(f"fusion: {where}: isl band members {clash} are stride-1 dims of different statements; "
                          f"the band ends above member {clash[0]} and each statement runs its own order below it")
             keep, consts = clash[0], consts[:clash[0]]

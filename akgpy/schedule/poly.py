@@ -119,6 +119,9 @@ def _prepass(low: Lowered, cfg: ScheduleConfig):
     return sch.mod["main"], inlined, rfactored
 
 
+LAYOUT_OPS = ("Reshape", "Transpose", "PadAkg", "UnPadAkg", "BroadcastTo", "Cast")
+
+
 def _transpose_sources(func) -> set[str]:
     """Elementwise blocks that feed a Transpose and compute something (more than a copy or a
     cast of an input). Inlined, their math would run in the transposed order: scalar, with
@@ -130,9 +133,18 @@ def _transpose_sources(func) -> set[str]:
     for name, b in blocks.items():
         if not name.startswith("Transpose_"):
             continue
+        last = b.iter_vars[-1].var if b.iter_vars else None
+        mine = []
+        structural_walk(b.body, [(ir.TensorLoad, mine.append)])
         for r in b.reads:
             src = writer.get(r.source.name)
-            if src is None:
+            if src is None or src.split("_")[0] in LAYOUT_OPS:  # a layout op only moves data
+                continue
+            # only when the transpose moves the innermost dim: otherwise the inlined read is
+            # contiguous already (and a kept statement would share the vector loop with it,
+            # which TVM's vectorizer gets wrong: it keeps one scalar of the buffer for all lanes)
+            if any(ld.source.same_as(r.source) and ld.indices and last is not None and ld.indices[-1].same_as(last)
+                   for ld in mine):
                 continue
             loads = []
             structural_walk(blocks[src].body, [(ir.TensorLoad, loads.append)])

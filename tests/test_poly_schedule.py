@@ -258,3 +258,30 @@ def test_short_trailing_dims_are_coalesced_into_one_vector_loop():
     scalar = len(re.findall(r"^\s+v\w+ss\b", asm, re.M))
     assert packed > 2 * scalar, (packed, scalar)
     assert not check_program(g, prog)
+
+
+def test_transpose_producer_computes_in_its_own_order():
+    """out = transpose(f(a, b)) with the innermost dim moved: inlined, f would run in the
+    transposed order (scalar, every operand gathered). The producer stays a statement, the
+    band ends where the two statements' stride-1 dims clash, and each inner loop is a vector
+    loop along its own contiguous dim; the intermediate shrinks to one slab."""
+    b = GraphBuilder("transpose_math")
+    x = b.input("x", (4, 64, 8, 48), "float16")
+    y = b.input("y", (4, 64, 8, 48), "float16")
+    b.output(b.transpose((x >= y).astype("float16") * x * 0.5, (0, 2, 3, 1)))
+    g = b.build()
+    prog = akgpy.fuse(g)
+    text = prog.explain()
+    assert "are stride-1 dims of different statements" in text, text[:3000]
+    tir = prog.kernels[0].tir
+    blocks = lambda t: len(re.findall(r'T\.sblock\("(?!root)', t))  # noqa: E731
+    assert tir.count("T.vectorized") == 2 and blocks(tir) == 2, tir
+    assert not check_program(g, prog)
+    # a transpose that keeps the innermost dim inlines its producer as before
+    b = GraphBuilder("transpose_keep_last")
+    x = b.input("x", (16, 16, 96), "float16")
+    b.output(b.transpose(x * 2.0 + 1.0, (1, 0, 2)))
+    g2 = b.build()
+    prog2 = akgpy.fuse(g2)
+    assert blocks(prog2.kernels[0].tir) == 1
+    assert not check_program(g2, prog2)

@@ -178,3 +178,19 @@ def test_dump_switch(tmp_path, monkeypatch):
     assert files == ["0_graph.txt", "1_te.py", "2_scheduled.py", "3_source.ll", "4_explain.txt"]
     assert "schedule tree" in (tmp_path / "axpy" / "4_explain.txt").read_text()
     assert "define" in (tmp_path / "axpy" / "3_source.ll").read_text()
+
+
+def test_output_buffers_are_recycled_only_after_the_caller_dropped_them():
+    import numpy as np
+    b = akgpy.GraphBuilder("pool")
+    x = b.input("x", (512, 1024))
+    b.output(x * 2.0)
+    prog = akgpy.fuse(b.build())
+    a = np.ones((512, 1024), np.float32)
+    first = prog(a)[0]
+    kept_ptr = first.ctypes.data
+    second = prog(a * 3)[0]  # `first` is alive: a new buffer, `first` untouched
+    assert second.ctypes.data != kept_ptr and (first == 2.0).all() and (second == 6.0).all()
+    del first
+    third = prog(a)[0]  # `first` was dropped: its (already mapped) memory comes back
+    assert third.ctypes.data == kept_ptr and (third == 2.0).all() and (second == 6.0).all()

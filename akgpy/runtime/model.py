@@ -25,7 +25,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import ArgumentError
 from ..fusion.partition import Group, Partition
-from .program import ALIGN, Kernel, Program, aligned_empty, as_numpy
+from .program import ALIGN, Kernel, OutputPool, Program, aligned_empty, as_numpy
 
 
 def _aligned(a: np.ndarray) -> np.ndarray:
@@ -86,6 +86,7 @@ class ModelProgram:
         self._buffers = {name: aligned_empty(shape, dt) for params in self._direct if params
                          for name, kind, shape, dt in params if kind == "output" and name not in g.outputs}
         self._lock = threading.Lock()
+        self._pool = OutputPool()  # graph outputs: fresh for the caller, recycled once dropped
 
     # -- what it is ----------------------------------------------------------------------
     @property
@@ -140,7 +141,7 @@ class ModelProgram:
                         continue
                     buf = self._buffers.get(name)
                     if buf is None:
-                        buf = aligned_empty(shape, dt)
+                        buf = self._pool.take(shape, dt)
                         fresh.add(name)
                     env[name] = buf
                     args.append(buf)

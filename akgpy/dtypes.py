@@ -27,3 +27,12 @@ def check(dtype: str, *, op: str | None = None, tensor: str | None = None) -> st
 
 def to_numpy(dtype: str) -> np.dtype:
     return np.dtype(NUMPY[dtype])
+
+
+def from_numpy(dt, *, tensor: str | None = None) -> str:
+    """The IR's name for a numpy dtype."""
+    dt = np.dtype(dt)
+    for name, np_type in NUMPY.items():
+        if np.dtype(np_type) == dt:
+            return name
+    raise ShapeError(f"dtype {dt} is not an akgpy dtype", tensor=tensor)

@@ -108,9 +108,7 @@ def compile_model(graph: Graph, target: str = "llvm", *, schedule: str = "poly",
         else:
             op = graph.ops[grp.ops[0]]
             steps.append(Step(grp, fallback(graph, op, grp.inputs), note=f"{op.name} has no TE lowering: numpy"))
-    prog = ModelProgram(part, steps, target)
-    prog.notes += [f"fallback {f}" for f in prog.fallbacks()]
-    return prog
+    return ModelProgram(part, steps, target)
 
 
 def _kernel_run(prog):

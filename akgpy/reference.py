@@ -192,12 +192,8 @@ def _round(value: Any, t: Tensor) -> np.ndarray:
     return np.broadcast_to(arr, t.shape).copy()
 
 
-def _const(t: Tensor) -> np.ndarray:
-    return np.full(t.shape, t.value, dtype=dtypes.to_numpy(t.dtype))
-
-
 def const_array(t: Tensor) -> np.ndarray:
-    return _const(t)
+    return np.full(t.shape, t.value, dtype=dtypes.to_numpy(t.dtype))
 
 
 def apply_op(op: Op, args: Sequence[np.ndarray], ins: Sequence[Tensor], out: Tensor) -> np.ndarray:
@@ -239,7 +235,7 @@ def evaluate(g: Graph, inputs: Sequence[Any] | Mapping[str, Any]) -> dict[str, n
     T = g.tensors
     for i, op in enumerate(g.ops):
         ins = [T[n] for n in op.inputs]
-        args = [_const(t) if t.is_const else env[t.name] for t in ins]
+        args = [const_array(t) if t.is_const else env[t.name] for t in ins]
         out = T[op.outputs[0]]
         if op.name == "InplaceAssign":
             env[op.inputs[0]] = _round(args[1], ins[0])

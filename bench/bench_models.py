@@ -24,13 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import akgpy  # noqa: E402
 from akgpy import zoo  # noqa: E402
-from akgpy.runtime.program import aligned_empty  # noqa: E402
-
-
-def _aligned(a: np.ndarray) -> np.ndarray:
-    out = aligned_empty(a.shape, a.dtype)
-    np.copyto(out, a)
-    return out
+from bench.bench_cpu import aligned_copy  # noqa: E402
 
 
 def interleaved_medians(peers: dict, repeat: int, rounds: int = 5, warm: int = 5) -> dict:
@@ -101,7 +95,7 @@ def run(name: str, repeat: int, rounds: int, peers: bool) -> dict:
     model, inputs = zoo.MODELS[name]()
     # Every peer gets the same 64-byte aligned input arrays, as torch's CPU allocator makes
     # them: akgpy's kernels assume that alignment and copy an unaligned input first.
-    inputs = {k: _aligned(v) for k, v in inputs.items()}
+    inputs = {k: aligned_copy(v) for k, v in inputs.items()}
     t0 = time.perf_counter()
     g = akgpy.from_onnx(model)
     prog = akgpy.fuse(g)

@@ -285,3 +285,23 @@ def test_transpose_producer_computes_in_its_own_order():
     prog2 = akgpy.fuse(g2)
     assert blocks(prog2.kernels[0].tir) == 1
     assert not check_program(g2, prog2)
+
+
+@pytest.mark.parametrize("reshaped", [False, True])
+def test_contraction_epilogue_runs_inside_the_tile_loop(reshaped):
+    """bias + ReLU (also read through a reshape of the result, re-indexed first) are computed
+    per register tile under the one parallel loop, not in a second pass over the result."""
+    b = GraphBuilder("mm_epilogue")
+    x = b.input("x", (64, 96))
+    w = b.input("w", (96, 128))
+    y = b.matmul(x, w)
+    if reshaped:
+        y = y.reshape(64, 8, 16)
+        bias = b.input("bias", (8, 16))
+    else:
+        bias = b.input("bias", (128,))
+    b.output(b.relu(y + bias))
+    g = b.build()
+    prog = akgpy.fuse(g)
+    assert prog.kernels[0].tir.count("T.parallel") == 1, prog.kernels[0].tir
+    assert not check_program(g, prog)

@@ -182,7 +182,7 @@ class _Importer:
             raise FormatError("tensor is used before any node produces it", tensor=name)
         arr = self.consts[name]
         if arr.size == 1 and like is not None:
-            return self.b._const(arr.reshape(()).item(), like.dtype if like.dtype == _dt_of(arr) else _dt_of(arr))
+            return self.b._const(arr.reshape(()).item(), dtypes.from_numpy(arr.dtype, tensor=name))
         v = self.b.weight(_safe(name) + f"_w{len(self.b._bound)}", arr)
         self.values[name] = v
         return v
@@ -211,14 +211,7 @@ def _dtype(elem_type: int, name: str) -> str:
         np_dt = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
     except Exception:
         raise ShapeError(f"ONNX element type {elem_type} has no numpy equivalent", tensor=name) from None
-    return _dt_of(np.empty(0, np_dt), name)
-
-
-def _dt_of(arr: np.ndarray, name: str | None = None) -> str:
-    for k, v in dtypes.NUMPY.items():
-        if np.dtype(v) == arr.dtype:
-            return k
-    raise ShapeError(f"dtype {arr.dtype} is not an akgpy dtype", tensor=name)
+    return dtypes.from_numpy(np_dt, tensor=name)
 
 
 # -- handlers: (importer, node) -> output values -------------------------------------------
@@ -477,7 +470,7 @@ def _squeeze(im: _Importer, node):
 
 def _flatten(im: _Importer, node):
     x = im.val(node.input[0])
-    a = _axis(im._attr("axis", 1), len(x.shape) + 1) if im._attr("axis", 1) != len(x.shape) else len(x.shape)
+    a = _axis(im._attr("axis", 1), len(x.shape) + 1)  # axis may equal the rank: [prod(all), 1]
     return [_reshape_to(im, x, [math.prod(x.shape[:a]), math.prod(x.shape[a:])])]
 
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from ..errors import UnsupportedOpError
-from ..graph.ir import Graph, Op, Tensor
-from ..ops.registry import OPS, Category, reduce_axes
+from ..graph.ir import Graph, Op
+from ..ops.registry import OPS, Category, reduce_axes, squeeze
 
 INJECTIVE, REDUCE, CONTRACTION, OPAQUE = "injective", "reduce", "contraction", "opaque"
 CONTRACTIONS = ("MatMul", "Conv2D")
@@ -190,7 +190,7 @@ class _Partitioner:
             out = self.g.tensors[c.outputs[0]].shape
             if q.pattern == REDUCE and self._rows(q) not in (None, rows):
                 return f"-reductions over different outer shapes ({list(rows)} vs {list(self._rows(q))})"
-            if tuple(out[:len(rows)]) == rows or _squeeze(out) == _squeeze(rows):
+            if tuple(out[:len(rows)]) == rows or squeeze(out) == squeeze(rows):
                 return f"+reduction stitched into consumer over the same outer shape {list(rows)}"
             return f"-consumer shape {list(out)} does not start with the reduction's outer shape {list(rows)}"
         if p.pattern == CONTRACTION and q.pattern == INJECTIVE:
@@ -275,7 +275,7 @@ class _Partitioner:
         ins: list[str] = []
         for i in ops:
             for t in g.ops[i].inputs:
-                if t not in made and t not in ins and not _scalar_const(g.tensors[t]):
+                if t not in made and t not in ins and not g.tensors[t].is_const:
                     ins.append(t)
         outs = [t for i in ops for t in g.ops[i].outputs
                 if t in g.outputs or any(c not in members and c in self.owner for c in self.consumers.get(t, ()))]
@@ -323,9 +323,3 @@ def _dead_ops(g: Graph, producer: dict[str, int]) -> set[int]:
     return set(range(len(g.ops))) - live
 
 
-def _scalar_const(t: Tensor) -> bool:
-    return t.is_const
-
-
-def _squeeze(shape) -> tuple[int, ...]:
-    return tuple(s for s in shape if s != 1)

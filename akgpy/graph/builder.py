@@ -124,10 +124,7 @@ class GraphBuilder:
         import numpy as np
         from .. import dtypes
         arr = np.ascontiguousarray(value)
-        dt = next((k for k, v in dtypes.NUMPY.items() if np.dtype(v) == arr.dtype), None)
-        if dt is None:
-            raise ShapeError(f"weight dtype {arr.dtype} is not an akgpy dtype", tensor=name)
-        v = self.input(name, arr.shape, dt)
+        v = self.input(name, arr.shape, dtypes.from_numpy(arr.dtype, tensor=name))
         self._bound[name] = arr
         return v
 

@@ -25,15 +25,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import ArgumentError
 from ..fusion.partition import Group, Partition
-from .program import ALIGN, Kernel, OutputPool, Program, aligned_empty, as_numpy
-
-
-def _aligned(a: np.ndarray) -> np.ndarray:
-    if a.flags.c_contiguous and a.ctypes.data % ALIGN == 0 and a.flags.writeable:
-        return a
-    out = aligned_empty(a.shape, a.dtype)
-    np.copyto(out, a)
-    return out
+from .program import Kernel, OutputPool, Program, aligned_empty, as_aligned, as_numpy
 
 
 def _direct_params(st: "Step", g) -> list[tuple] | None:
@@ -69,9 +61,8 @@ class Step:
 
 
 class ModelProgram:
-    def __init__(self, partition: Partition, steps: list[Step], target: str, notes: Sequence[str] = ()):
+    def __init__(self, partition: Partition, steps: list[Step], target: str):
         self.graph, self.partition, self.steps, self.target = partition.graph, partition, steps, target
-        self.notes = list(notes)
         g = self.graph
         last: dict[str, int] = {}
         for k, st in enumerate(steps):
@@ -81,7 +72,7 @@ class ModelProgram:
         self._free_after = [[t for t, k2 in last.items() if k2 == k and t not in keep] for k in range(len(steps))]
         self._times: list[float] | None = None
         # Kernels take unaligned arrays only through a copy: align the weights once, not per call.
-        self._bound = {n: _aligned(a) for n, a in g.bound.items()}
+        self._bound = {n: as_aligned(a) for n, a in g.bound.items()}
         self._direct = [_direct_params(st, g) for st in steps]
         self._buffers = {name: aligned_empty(shape, dt) for params in self._direct if params
                          for name, kind, shape, dt in params if kind == "output" and name not in g.outputs}
@@ -120,7 +111,7 @@ class ModelProgram:
             t, a = g.tensors[name], as_numpy(x, name)
             if a.dtype != dtypes.to_numpy(t.dtype) or a.shape != t.shape:
                 raise ArgumentError(f"expected {t.dtype}{list(t.shape)}, got {a.dtype}{list(a.shape)}", tensor=name)
-            env[name] = _aligned(np.ascontiguousarray(a))
+            env[name] = as_aligned(a)
         return env
 
     def __call__(self, *arrays: Any) -> tuple[np.ndarray, ...]:
@@ -149,7 +140,7 @@ class ModelProgram:
             else:
                 outs = st.run([env[n] for n in st.group.inputs])
                 if st.group.kind != "view":
-                    outs = [_aligned(o) for o in outs]
+                    outs = [as_aligned(o) for o in outs]
                     fresh.update(st.group.outputs)
                 env.update(zip(st.group.outputs, outs))
             if times is not None:
@@ -183,8 +174,9 @@ class ModelProgram:
             lines.append(f"{st.group.name:6} {st.group.kind:8} {st.label[:34]:34} {ms} {share}  {ops}")
         if self._times:
             lines.append(f"total {total * 1e3:.3f} ms (sum of per-step medians)")
-        if self.notes:
-            lines += ["notes:"] + [f"  {n}" for n in self.notes]
+        fallbacks = self.fallbacks()
+        if fallbacks:
+            lines += ["fallbacks:"] + [f"  {f}" for f in fallbacks]
         return "\n".join(lines)
 
     def explain(self, *, timeout_s: float = 10.0) -> str:

@@ -71,6 +71,16 @@ class OutputPool:
         return raw[off:off + n].view(dt).reshape(shape)
 
 
+def as_aligned(a: np.ndarray) -> np.ndarray:
+    """`a` itself when a kernel can take it (aligned, C-contiguous, writable), else one
+    aligned copy (from any layout)."""
+    if _is_aligned(a) and a.flags.writeable:
+        return a
+    out = aligned_empty(a.shape, a.dtype)
+    np.copyto(out, a)
+    return out
+
+
 def _is_aligned(a: np.ndarray) -> bool:
     return a.flags.c_contiguous and a.ctypes.data % ALIGN == 0
 

@@ -148,7 +148,8 @@ def _contraction(sch, block, cfg: ScheduleConfig) -> None:
     kinds = [int(iv.iter_type) for iv in blk.iter_vars]
     loops = sch.get_loops(block)
     if len(loops) != len(kinds) or kinds.count(0) < 2:
-        return _reduction(sch, block, cfg)
+        _reduction(sch, block, cfg)
+        return None
     spatial = [l for l, k in zip(loops, kinds) if k == 0]
     reduce = [l for l, k in zip(loops, kinds) if k != 0]
     lanes = max(cfg.vector_bytes // 4, 1)  # accumulators are 32-bit
@@ -160,7 +161,6 @@ def _contraction(sch, block, cfg: ScheduleConfig) -> None:
     sch.reorder(*outer, jo, io, *reduce, ii, ji)
     par = sch.fuse(*outer, jo, io)
     _parallel(sch, par, cfg)
-    sch.annotate(par, "akgpy_tile", 1)  # plain_schedule moves the epilogue under this loop
     init = _try(sch.decompose_reduction, block, reduce[0])
     if cfg.unroll:
         _try(sch.unroll, ii)
@@ -170,19 +170,19 @@ def _contraction(sch, block, cfg: ScheduleConfig) -> None:
         iloops = sch.get_loops(init)
         if tj >= 4 and iloops:
             _try(sch.vectorize, iloops[-1])
+    return par  # the tile loop: plain_schedule computes the epilogue under it
 
 
 def plain_schedule(low: Lowered, cfg: ScheduleConfig | None = None):
     cfg = cfg or default_config()
     sch = s_tir.Schedule(low.func)
-    tiles = {}  # contraction block name -> its parallel tile loop
+    tiles = {}  # contraction output buffer -> its parallel tile loop (epilogues go under it)
     for name in inline_injective(sch, low):
         b = sch.get_sblock(name)
         role = low.roles.get(name, "elemwise")
         if role == "contract":
             out = sch.get(b).writes[0].source.name
-            _try(_contraction, sch, b, cfg)
-            tile = next((lp for lp in sch.get_loops(b) if "akgpy_tile" in sch.get(lp).annotations), None)
+            tile = _try(_contraction, sch, b, cfg)
             if tile is not None:
                 tiles[out] = tile
         elif role == "reduce":

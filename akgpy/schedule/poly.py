@@ -119,7 +119,8 @@ def _prepass(low: Lowered, cfg: ScheduleConfig):
     return sch.mod["main"], inlined, rfactored
 
 
-LAYOUT_OPS = ("Reshape", "Transpose", "PadAkg", "UnPadAkg", "BroadcastTo", "Cast")
+# ops that only move or convert data: inlined into a transpose, they cost no math
+MOVES_ONLY = ("Reshape", "Transpose", "PadAkg", "UnPadAkg", "BroadcastTo", "Cast")
 
 
 def _transpose_sources(func) -> set[str]:
@@ -138,7 +139,7 @@ def _transpose_sources(func) -> set[str]:
         structural_walk(b.body, [(ir.TensorLoad, mine.append)])
         for r in b.reads:
             src = writer.get(r.source.name)
-            if src is None or src.split("_")[0] in LAYOUT_OPS:  # a layout op only moves data
+            if src is None or src.split("_")[0] in MOVES_ONLY:
                 continue
             # only when the transpose moves the innermost dim: otherwise the inlined read is
             # contiguous already (and a kept statement would share the vector loop with it,

@@ -305,3 +305,47 @@ def test_contraction_epilogue_runs_inside_the_tile_loop(reshaped):
     prog = akgpy.fuse(g)
     assert prog.kernels[0].tir.count("T.parallel") == 1, prog.kernels[0].tir
     assert not check_program(g, prog)
+
+
+def _asm_counts(prog) -> tuple[int, int]:
+    """(packed float instructions, lane inserts: the scalar loads of a gathered vector)."""
+    asm = "\n".join(k._executable.mod.inspect_source("s") for k in prog.kernels)
+    return (len(re.findall(r"^\s+v\w+ps\b", asm, re.M)),
+            len(re.findall(r"^\s+v(?:insertps|pinsrd|pinsrq|movhps|movlps)\b", asm, re.M)))
+
+
+def test_broadcast_tail_is_coalesced_and_read_through_flat_views():
+    """A [..., 3, 2] tail with a [..., 3, 1] operand: the broadcast is no transpose (no tile);
+    the tail becomes one linear vector loop, and the arrays it walks in order are read through
+    flattened views (one vector load each) instead of mixed-radix digits of the iterator."""
+    b = GraphBuilder("broadcast_tail")
+    x = b.input("x", (64, 20, 3, 2))
+    w = b.input("w", (64, 20, 3, 1))
+    y = b.input("y", (64, 20, 3, 2))
+    b.output(x * w + y)
+    g = b.build()
+    prog = akgpy.fuse(g)
+    text = prog.explain()
+    assert "coalesced into one of 120 iterations" in text and "tiling:" not in text, text[:2500]
+    tir = prog.kernels[0].tir
+    assert "x_flat" in tir and "y_flat" in tir and "T.vectorized" in tir, tir
+    assert not check_program(g, prog)
+
+
+def test_short_row_sum_runs_as_interleaved_vector_partials():
+    """A full sum over [.., 52, 3, 2]: each chunk is contiguous but its innermost dim is 2, too
+    short for a vector loop. It sums as 8 interleaved partials over the flat offset; isl
+    proves the offset's digits affine, so the loads are vector loads of a flattened view."""
+    b = GraphBuilder("short_row_sum")
+    x = b.input("x", (16, 52, 3, 2))
+    y = b.input("y", (16, 52, 3, 2))
+    b.output(b.reduce_sum(x * y, axis=(0, 1, 2, 3)))
+    g = b.build()
+    prog = akgpy.fuse(g)
+    text = prog.explain()
+    assert re.search(r"vector: \S+_partial_update: innermost member split by 8 lanes", text), text[:3000]
+    tir = prog.kernels[0].tir
+    assert "x_flat0[" in tir and "y_flat0[" in tir, tir
+    packed, inserts = _asm_counts(prog)
+    assert inserts == 0 and packed > 0, (packed, inserts)
+    assert not check_program(g, prog)

@@ -540,9 +540,17 @@ def _stride1_members(stmts, exprs) -> list[int]:
         fused = [s.dims.index(e) for e in exprs[s.name]]
         for m in _big_accesses(s):
             d = _stride1_dim(m)
-            if d is not None and d in fused:
+            if d is not None and d in fused and _used_after(m, fused[fused.index(d) + 1:]):
                 out.add(fused.index(d))
     return sorted(out)
+
+
+def _used_after(m: isl.Map, later: list[int]) -> bool:
+    """Does the access depend on a dim looped inside its stride-1 dim? Only then is it read
+    across: a read broadcast along the inner dims ([..., 3, 1] under [..., 3, 2]) walks in loop
+    order and needs no tile."""
+    g = m.gist_domain(m.domain())
+    return any(g.involves_dims(isl.dim_type.in_, d, 1) for d in later)
 
 
 def _work(stmts) -> int:

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import islpy as isl
 import tvm_ffi
-from tvm import s_tir, tirx
+from tvm import ir, s_tir, tirx
 from tvm.sym import Analyzer
 
 from ..errors import CompileError
+from ..poly.isl_util import affine
 from ..poly.model import PolyModel
 from ..poly.tree import PARALLEL, VECTOR
 
@@ -37,6 +38,8 @@ def realize(func, model: PolyModel, schedule: isl.Schedule,
     ast = build_ast(schedule)
     gen = _Gen(func, model, coalesced or {})
     body = gen.node(ast)
+    if gen.views:
+        body = tirx.SeqStmt([tirx.DeclBuffer(v, data=src.data) for v, src in gen.views.values()] + [body])
     root = gen.root
     new_root = s_tir.SBlock([], [], [], "root", body, None, list(root.alloc_buffers), list(root.match_buffers))
     return func.with_body(s_tir.SBlockRealize([], True, new_root)), ast.to_C_str()
@@ -45,6 +48,7 @@ def realize(func, model: PolyModel, schedule: isl.Schedule,
 class _Gen:
     def __init__(self, func, model: PolyModel, coalesced: dict):
         self.coalesced = coalesced
+        self.model = model
         self.analyzer = Analyzer()  # one per kernel: it keeps state, compiles may run on threads
         realizes = []
         tvm_ffi.structural_walk(func.body, [(s_tir.SBlockRealize, realizes.append)], order="pre")
@@ -57,6 +61,9 @@ class _Gen:
         self.index = "int64" if "int64" in dtypes else "int32"
         self.vars: dict[str, tirx.Var] = {}
         self.kind: tirx.ForKind | None = None
+        self.params = list(func.params)
+        self.views: dict[tuple[str, int], tuple] = {}  # (param, position) -> (view, param)
+        self.flat: dict[str, tuple] = {}  # statement -> (block with a linear iter var, its var)
 
     # -- statements ---------------------------------------------------------------------------
     def node(self, nd):
@@ -113,22 +120,161 @@ class _Gen:
         block = self.stmts[name]
         args = [self.expr(e.get_op_arg(q)) for q in range(1, e.get_op_n_arg())]
         if name in self.coalesced:
-            args = self.uncoalesce(self.coalesced[name], args)
+            c = self.coalesced[name]
+            lin = self.linear(c)
+            if lin is not None:
+                args = self.uncoalesce(c, args, lin)
+                flat = self.flat_block(name, block, c)
+                if flat is not None:
+                    block, args = flat, args + [lin]
+        else:
+            block = self.folded_block(name, block)
         values = [a if str(a.ty) == str(iv.var.ty) else tirx.Cast(str(iv.var.ty), a)
                   for a, iv in zip(args, block.iter_vars)]
         return s_tir.SBlockRealize(values, True, block)
 
-    def uncoalesce(self, c, args: list) -> list:
-        """dims = digits of the linear iterator L = c<d> * lanes + c<d+1> in the mixed radix of
-        their extents: floor(L / 9), floor(L / 3) mod 3, L mod 3 fold back into a flat address
-        TVM can vectorise. Unchanged (still correct) when a loop was degenerate and has no
-        iterator."""
+    def linear(self, c):
+        """The coalesced linear iterator L = c<d> * lanes + c<d+1>; None when a loop was
+        degenerate and has no iterator."""
         names = [f"c{c.depth}"] + ([f"c{c.depth + 1}"] if c.lanes > 1 else [])
         if not all(n in self.vars for n in names):
-            return args
+            return None
         lin = self.vars[names[0]]
         if c.lanes > 1:
             lin = lin * tirx.IntImm(self.index, c.lanes) + self.vars[names[1]]
+        return lin
+
+    def flat_block(self, name: str, block, c):
+        """The statement's block with one more iter var, L, and every access to a kernel
+        argument whose trailing indices are the coalesced dims (in order, then unit dims, as a
+        broadcast operand [..., 3, 1] under [..., 3, 2] has) rewritten to a view of that
+        argument with those dims flattened, indexed by L (or L // the broadcast extents).
+        TVM cannot fold the mixed-radix digits of L back into a flat address once L is split
+        into vector lanes that do not divide the inner extents (52*3*2 by 16): every lane
+        became a scalar load. Through the view each such access is one vector load."""
+        if name in self.flat:
+            return self.flat[name]
+        dvars = [block.iter_vars[d].var for d in c.dims]
+        total = 1
+        for e in c.extents:
+            total *= e
+        vlin = tirx.Var("v_lin", self.index)
+        viewed: list = []  # the views this block accesses
+
+        def flat_access(buf, indices):
+            if not any(buf.same_as(p) for p in self.params):
+                return None
+            shape = [int(e.value) if hasattr(e, "value") else None for e in buf.ty.shape]
+            idx = list(indices)
+            pos = next((q for q, i in enumerate(idx) if i.same_as(dvars[0])), None)
+            if pos is None or any(_uses(i, dvars) for i in idx[:pos]):
+                return None
+            j = 0
+            while pos + j < len(idx) and j < len(dvars) and idx[pos + j].same_as(dvars[j]) \
+                    and shape[pos + j] == c.extents[j]:
+                j += 1
+            rest = idx[pos + j:]
+            if j == 0 or any(not (isinstance(i, tirx.IntImm) and int(i.value) == 0 and shape[pos + j + q] == 1)
+                             for q, i in enumerate(rest)):
+                return None
+            inner = 1
+            for e in shape[pos:]:
+                inner *= e
+            view = self.view(buf, pos, inner)
+            below = 1
+            for e in c.extents[j:]:
+                below *= e
+            flat = vlin if below == 1 else tirx.FloorDiv(vlin, tirx.IntImm(self.index, below))
+            if not any(view.same_as(v) for v in viewed):
+                viewed.append(view)
+            return view, [*idx[:pos], flat]
+
+        flat = self.rewrite(block, flat_access, viewed, [tirx.IterVar(ir.Range(0, total), vlin, 0)])
+        self.flat[name] = None if flat is block else flat
+        return self.flat[name]
+
+    def folded_block(self, name: str, block):
+        """The statement's block with every kernel-argument access whose indices divide or take
+        remainders (the digits of a flat offset: a Reshape, an interleaved sum) rewritten as
+        a 1-D view indexed by the offset, when isl proves the offset affine in the block's
+        iters: (8k+l) // 312, (8k+l) % 312 // 6, (4k + l//2) % 3, l % 2 of a [.., 52, 3, 2]
+        array is the address 8k + l + ..., one vector load in a loop over l, where TVM emits
+        a scalar load per lane."""
+        if name in self.flat:
+            return self.flat[name]
+        st = self.model.statement(name)
+        env = {iv.var.name: d for iv, d in zip(block.iter_vars, st.dims)}
+        cons = " and ".join(f"{int(iv.dom.min.value)} <= {d} < {int(iv.dom.min.value) + int(iv.dom.extent.value)}"
+                            for iv, d in zip(block.iter_vars, st.dims)) or "true"
+        viewed: list = []
+
+        def fold(buf, indices):
+            if len(indices) < 2 or not any(buf.same_as(p) for p in self.params) or not _divides(indices):
+                return None
+            shape = [int(e.value) for e in buf.ty.shape]
+            terms, stride = [], 1
+            for i, e in zip(reversed(list(indices)), reversed(shape)):
+                terms.append(f"{stride} * ({affine(i, env, block.name_hint)})")
+                stride *= e
+            try:
+                pma = isl.PwMultiAff.from_map(isl.Map(
+                    f"{{ [{', '.join(st.dims)}] -> [{' + '.join(terms)}] : {cons} }}", context=self.model.ctx))
+            except (CompileError, isl.Error):
+                return None
+            pieces = []
+            pma.get_pw_aff(0).foreach_piece(lambda _s, aff: pieces.append(aff))
+            if len(pieces) != 1 or pieces[0].dim(isl.dim_type.div) or not pieces[0].get_denominator_val().is_one():
+                return None
+            aff = pieces[0]
+            ty = str(block.iter_vars[0].var.ty)
+            flat = tirx.IntImm(ty, int(aff.get_constant_val().to_python()))
+            for q, iv in enumerate(block.iter_vars):
+                k = int(aff.get_coefficient_val(isl.dim_type.in_, q).to_python())
+                if k:
+                    flat = flat + (iv.var if k == 1 else iv.var * tirx.IntImm(ty, k))
+            view = self.view(buf, 0, stride)
+            if not any(view.same_as(v) for v in viewed):
+                viewed.append(view)
+            return view, [flat]
+        folded = self.rewrite(block, fold, viewed)
+        self.flat[name] = folded
+        return folded
+
+    def view(self, buf, pos: int, inner: int):
+        """`buf` with its dims from `pos` on flattened into one of `inner` elements (same data)."""
+        key = (buf.name, pos)
+        if key not in self.views:
+            view = tirx.decl_buffer([*buf.ty.shape[:pos], inner], buf.ty.dtype, f"{buf.name}_flat{pos}",
+                                    data=buf.data)
+            self.views[key] = (view, buf)
+        return self.views[key][0]
+
+    def rewrite(self, block, access, viewed: list, extra_ivs=()):
+        """`block` with each load/store that `access(buffer, indices)` maps to (view, indices)
+        rewritten, its regions updated; `block` itself when nothing was."""
+        def on_load(ld, mut):
+            hit = access(ld.source, ld.indices)
+            return mut.default_mutate(ld) if hit is None else tirx.BufferLoad(hit[0], hit[1])
+
+        def on_store(st, mut):
+            hit = access(st.buffer, st.indices)
+            value = mut.mutate(st.value)
+            if hit is None:
+                return tirx.BufferStore(st.buffer, value, list(st.indices))
+            return tirx.BufferStore(hit[0], value, hit[1])
+        body = tvm_ffi.structural_mutate(block.body, [(ir.TensorLoad, on_load), (tirx.BufferStore, on_store)])
+        if not viewed:
+            return block
+        loads, stores = [], []
+        tvm_ffi.structural_walk(body, [(ir.TensorLoad, loads.append), (tirx.BufferStore, stores.append)])
+        reads = _regions(block.reads, [(ld.source, ld.indices) for ld in loads], viewed)
+        writes = _regions(block.writes, [(st.buffer, st.indices) for st in stores], viewed)
+        return s_tir.SBlock(list(block.iter_vars) + list(extra_ivs), reads, writes, block.name_hint, body,
+                            block.init, list(block.alloc_buffers), list(block.match_buffers), block.annotations)
+
+    def uncoalesce(self, c, args: list, lin) -> list:
+        """dims = digits of the linear iterator L in the mixed radix of their extents:
+        floor(L / 9), floor(L / 3) mod 3, L mod 3."""
         out = list(args)
         for k, (d, ext) in enumerate(zip(c.dims, c.extents)):
             stride = 1
@@ -169,6 +315,31 @@ _BIN = {
     _O.eq: tirx.EQ, _O.le: tirx.LE, _O.lt: tirx.LT, _O.ge: tirx.GE, _O.gt: tirx.GT,
     _O.and_: tirx.And, _O.and_then: tirx.And, _O.or_: tirx.Or, _O.or_else: tirx.Or,
 }
+
+
+def _divides(indices) -> bool:
+    found = []
+    for i in indices:
+        tvm_ffi.structural_walk(i, [(tirx.FloorDiv, found.append), (tirx.FloorMod, found.append)])
+    return bool(found)
+
+
+def _uses(e, vars_) -> bool:
+    found = []
+    tvm_ffi.structural_walk(e, [(tirx.Var, found.append)])
+    return any(v.same_as(w) for v in found for w in vars_)
+
+
+def _regions(old, accesses, views) -> list:
+    """`old` regions of buffers still accessed, plus a point region per distinct view access."""
+    out = [r for r in old if any(r.source.same_as(buf) for buf, _ in accesses)]
+    seen = set()
+    for buf, idx in accesses:
+        key = (buf.name, str(list(idx)))
+        if any(buf.same_as(v) for v in views) and key not in seen:
+            seen.add(key)
+            out.append(tirx.BufferRegion(buf, [ir.Range.from_min_extent(i, 1) for i in idx]))
+    return out
 
 
 def _statement_block(blk, kind: str):

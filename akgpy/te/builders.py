@@ -191,6 +191,32 @@ def _split_reduction(xs, axes):
     return [], None, 1
 
 
+# Interleaved partial sums of a contiguous block with a short innermost dim: 8 float64
+# accumulators fill a 512-bit register (two 256-bit ones).
+SUM_LANES = 8
+
+
+def _prod(xs) -> int:
+    n = 1
+    for x in xs:
+        n *= x
+    return n
+
+
+def _lane_split(xs, inner_axes, split_axis, factor) -> int:
+    """Lanes for a flat interleaved sum of each chunk's block, or 0: only when the block is
+    x's trailing non-unit dims (contiguous), splits evenly, and its innermost dim is too short
+    for a vector loop of its own (the row rfactor handles long rows)."""
+    trailing = [d for d in range(len(xs)) if xs[d] != 1]
+    if not inner_axes or trailing[-len(inner_axes):] != list(inner_axes):
+        return 0
+    exts = [factor if a == split_axis else xs[a] for a in inner_axes]
+    block, last = _prod(exts), exts[-1]
+    if block % SUM_LANES or block < 4 * SUM_LANES or (last % SUM_LANES == 0 and last >= 2 * SUM_LANES):
+        return 0
+    return SUM_LANES
+
+
 def _reduce(kind: str):
     def build(lw, op, ins, out):
         _real_only(op, ins)
@@ -238,7 +264,32 @@ def _reduce(kind: str):
             rv = list(rvars.values())
             return te.sum(v, axis=rv) if kind == "sum" else te.max(v, axis=rv)
 
-        if chunk_shape:
+        lanes = _lane_split(xs, inner_axes, split_axis, factor) if chunk_shape and lw.vector_math else 0
+        if lanes:
+            # the block of each chunk is contiguous in x but its innermost dim is short ([.., 3, 2]):
+            # sum it as `lanes` interleaved partials over its flat offset, so the long loop is a
+            # vector loop (codegen folds the offset's digits back into one address)
+            nc = len(chunk_shape)
+            exts = [factor if a == split_axis else xs[a] for a in inner_axes]
+            kf = te.reduce_axis((0, _prod(exts) // lanes), name="kf")
+
+            def flat_body(i, chunk, lane):
+                f, digits, stride = kf * lanes + lane, {}, _prod(exts)
+                for a, e in zip(inner_axes, exts):
+                    stride //= e
+                    d = f // stride if stride > 1 else f
+                    digits[a] = d if a == inner_axes[0] else d % e
+                kidx = reshape_index(kept, out.shape, i) if tuple(kept) != tuple(out.shape) else list(i)
+                it, ch = iter(kidx), dict(zip(outer, chunk))
+                full = [ch[d] if d in ch else chunk[-1] * factor + digits[d] if d == split_axis else
+                        digits[d] if d in digits else 0 if d in all_axes else next(it) for d in range(len(xs))]
+                v = x.tensor(*full)
+                return te.sum(v.astype(acc_dt) if dt(v) != acc_dt else v, axis=[kf])
+            part = lw.compute((*chunk_shape, lanes, *out.shape), lambda *i: flat_body(i[nc + 1:], i[:nc], i[nc]),
+                              role="reduce", suffix="_partial")
+            cvars = [te.reduce_axis((0, c), name=f"c{j}") for j, c in enumerate([*chunk_shape, lanes])]
+            red = lw.compute(out.shape, lambda *i: te.sum(part(*cvars, *i), axis=cvars), role="reduce")
+        elif chunk_shape:
             # chunks outermost: a column sum's partials then keep the kept dims contiguous, so
             # each partial accumulates whole input rows with vector adds
             nc = len(chunk_shape)

@@ -332,20 +332,51 @@ def test_broadcast_tail_is_coalesced_and_read_through_flat_views():
     assert not check_program(g, prog)
 
 
-def test_short_row_sum_runs_as_interleaved_vector_partials():
-    """A full sum over [.., 52, 3, 2]: each chunk is contiguous but its innermost dim is 2, too
-    short for a vector loop. It sums as 8 interleaved partials over the flat offset; isl
-    proves the offset's digits affine, so the loads are vector loads of a flattened view."""
+@pytest.mark.parametrize("shape,axis", [((16, 52, 3, 2), (0, 1, 2, 3)), ((16, 16, 57, 57), (0, 2, 3))],
+                         ids=["loss_sum", "channel_sum"])
+def test_short_row_sum_runs_as_interleaved_vector_partials(shape, axis):
+    """A sum whose contiguous chunks end in a dim too short or too odd for a vector loop
+    ([.., 52, 3, 2] to a scalar; a BatchNorm channel sum over 19 x 57 blocks, 1083 terms):
+    each chunk sums as 8 interleaved partials over its flat offset (the last 1083 mod 8 terms
+    apart); isl proves the offset's digits affine, so the loads are vector loads of a
+    flattened view."""
     b = GraphBuilder("short_row_sum")
-    x = b.input("x", (16, 52, 3, 2))
-    y = b.input("y", (16, 52, 3, 2))
-    b.output(b.reduce_sum(x * y, axis=(0, 1, 2, 3)))
+    x = b.input("x", shape)
+    y = b.input("y", shape)
+    b.output(b.reduce_sum(x * y, axis=axis))
     g = b.build()
     prog = akgpy.fuse(g)
     text = prog.explain()
     assert re.search(r"vector: \S+_partial_update: innermost member split by 8 lanes", text), text[:3000]
     tir = prog.kernels[0].tir
     assert "x_flat0[" in tir and "y_flat0[" in tir, tir
-    packed, inserts = _asm_counts(prog)
-    assert inserts == 0 and packed > 0, (packed, inserts)
+    if len(axis) == len(shape):  # no remainder: every load of the kernel is a packed one
+        packed, inserts = _asm_counts(prog)
+        assert inserts == 0 and packed > 0, (packed, inserts)
+    else:
+        assert "_tail" in tir
     assert not check_program(g, prog)
+
+
+def test_odd_extent_vectorises_full_registers_and_a_remainder():
+    """255 columns have no power-of-two divisor: the vector split takes whole registers anyway
+    and isl's AST isolates the full blocks, so the remainder is a shorter vector loop of its
+    own (f64 column sums: 31 x 8 + 7, not 51 x 5). The parallel mark stays on the full blocks'
+    loop: the remainder's loops below it are the reduction's, never parallel."""
+    b = GraphBuilder("odd_columns")
+    x = b.input("x", (96, 40, 255))
+    y = b.input("y", (96, 40, 255))
+    b.output(b.reduce_sum(x, axis=(0, 1)))
+    b.output(x * 2.0 + y)
+    g = b.build()
+    prog = akgpy.fuse(g, config=akgpy.ScheduleConfig(min_parallel_work=256))  # threads on the sum of partials too
+    text = prog.explain()
+    assert "split by 8 lanes (31 full, a remainder of 7)" in text, text[:4000]
+    assert "split by 16 lanes (15 full, a remainder of 15)" in text, text[:4000]
+    tir = "\n".join(k.tir for k in prog.kernels)
+    assert "T.vectorized(7)" in tir and "T.vectorized(15)" in tir, tir
+    ast = text[text.index("== isl AST"):text.index("== scheduled TIR")]
+    marks = len(re.findall(r"// parallel\n\s*(?:\{\n\s*)?for", ast))
+    assert tir.count("T.parallel(") == marks, (marks, tir)  # one parallel loop per mark
+    for _ in range(3):  # a reduction loop run in parallel would race: repeat the check
+        assert not check_program(g, prog)

@@ -199,9 +199,13 @@ def _mupa(ctx, stmts: list[Statement], exprs: dict[str, list[str]]) -> isl.Multi
     return isl.MultiUnionPwAff.read_from_str(ctx, "[" + ", ".join(members) + "]")
 
 
-def _insert_band(node, ctx, stmts, exprs, coincident: list[bool], mark: dict[int, str]):
+def _insert_band(node, ctx, stmts, exprs, coincident: list[bool], mark: dict[int, str],
+                 isolate: dict[int, int] | None = None):
     """Insert a band with members exprs[stmt][q] above leaf `node`; members listed in `mark` get
-    their own single-member band under a mark. Returns the leaf below the last band."""
+    their own single-member band under a mark. `isolate` {member: last full value}: isl's AST
+    generates those values apart from the rest (a vector split's full blocks, then its
+    remainder, each with a constant extent). Returns the leaf below the last band."""
+    isolate = isolate or {}
     n = len(coincident)
     q = 0
     while q < n:
@@ -215,6 +219,13 @@ def _insert_band(node, ctx, stmts, exprs, coincident: list[bool], mark: dict[int
         node = node.band_set_permutable(1)
         for m in range(r - q):
             node = node.band_member_set_coincident(m, int(coincident[q + m]))
+        full = {m - q: v for m, v in isolate.items() if q <= m < r}
+        if full:
+            outer = ", ".join(f"o{k}" for k in range(node.get_schedule_depth()))
+            inner = ", ".join(f"b{k}" for k in range(r - q))
+            cons = " and ".join(f"b{k} <= {v}" for k, v in full.items())
+            node = node.band_set_ast_build_options(
+                isl.UnionSet(f"{{ isolate[[{outer}] -> [{inner}]] : {cons} }}", context=ctx))
         if q in mark:
             node = node.insert_mark(isl.Id(mark[q], context=ctx)).child(0)
         node = node.child(0)
@@ -231,18 +242,26 @@ def _extent_of(model: PolyModel, stmts, exprs, q) -> int:
     return ext
 
 
-def _vector_split(model, opts, stmts, exprs, coincident, q, notes, where) -> bool:
+def _vector_split(model, opts, stmts, exprs, coincident, q, notes, where, isolate=None) -> bool:
     """Split member q (the innermost) into floor(d/L), d mod L when every statement walks its
-    written array with stride 1 along it; True when done (member q+1 is the vector)."""
+    written array with stride 1 along it; True when done (member q+1 is the vector). With
+    `isolate` (a dict), an extent with no good divisor but room for two full registers splits
+    by a whole register anyway: isolate[q] = the last full block, and the remainder runs as
+    a shorter vector loop of its own (255 f64 sums: 31 x 8 + 7, not 51 x 5)."""
     lanes = min(opts.lanes.get(s.name, 1) for s in stmts)
     if lanes < 4 or not coincident[q]:
         return False
     ext = _extent_of(model, stmts, exprs, q)
     # a power of two of at least half a register (LLVM splits 26 lanes into 16 + 8 + 2), else
-    # the largest divisor there is
-    L = _pow2_lanes(ext, lanes)
+    # a whole register with a remainder loop, else the largest divisor there is
+    L, rest = _pow2_lanes(ext, lanes), ""
     if L < max(4, lanes // 2):
-        L = max((d for d in range(4, lanes + 1) if ext % d == 0), default=0)
+        if isolate is not None and lanes & (lanes - 1) == 0 and ext >= 2 * lanes:
+            L = lanes
+            isolate[q] = ext // L - 1
+            rest = f" ({ext // L} full, a remainder of {ext % L})"
+        else:
+            L = max((d for d in range(4, lanes + 1) if ext % d == 0), default=0)
     if L < 4:
         notes.append(f"vector: {where}: extent {ext} has no divisor in [4, {lanes}]; scalar")
         return False
@@ -250,7 +269,7 @@ def _vector_split(model, opts, stmts, exprs, coincident, q, notes, where) -> boo
         e = exprs[s.name][q]
         exprs[s.name][q:q + 1] = [f"floor(({e}) / {L})", f"({e}) mod {L}"]
     coincident[q:q + 1] = [True, True]
-    notes.append(f"vector: {where}: innermost member split by {L} lanes")
+    notes.append(f"vector: {where}: innermost member split by {L} lanes{rest}")
     return True
 
 
@@ -268,14 +287,16 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
     co_dims = _coincident_dims(s)
     exprs = {s.name: [s.dims[q] for q in dims]}
     coincident = [q in co_dims for q in dims]
-    mark = {}
+    mark, isolate = {}, {}
     last = len(dims) - 1
-    split = dims[last] in writes and _vector_split(model, opts, [s], exprs, coincident, last, notes, s.name)
+    split = dims[last] in writes and _vector_split(model, opts, [s], exprs, coincident, last, notes, s.name,
+                                                   isolate)
     if split and not pinned and not coincident[0]:
         # a column reduction: the block of columns goes outermost, so blocks run in parallel
         # and each step of the reduction reads one contiguous vector per row
         exprs[s.name].insert(0, exprs[s.name].pop(last))
         coincident.insert(0, coincident.pop(last))
+        isolate = {0: isolate[last]} if last in isolate else {}
         notes.append(f"order: {s.name}: vector blocks of {s.dims[dims[last]]} outermost (parallel), "
                      "the reduction inside")
     if split:
@@ -283,7 +304,7 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
     if opts.parallel and not pinned and coincident[0] and 0 not in mark and \
             _extent_of(model, [s], exprs, 0) >= max(opts.min_parallel, 2) and _work([s]) >= opts.min_parallel_work:
         mark[0] = PARALLEL
-    return exprs, coincident, mark
+    return exprs, coincident, mark, isolate
 
 
 def _cache_tile(opts: TreeOptions, n: int, exts: list[int]) -> tuple[int, ...]:
@@ -432,9 +453,10 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
         exprs, coincident, tail = _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where)
     mark = _parallel_mark(model, stmts, exprs, coincident, opts, notes, where)
     last = len(coincident) - 1
+    isolate = {} if tail is None else None  # coalesced: codegen needs both iterators of the split
     vector = all_pinned and (tail is not None or all(
         s.dims.index(exprs[s.name][last]) in stride1_dims(s)[1] for s in stmts)) and \
-        _vector_split(model, opts, stmts, exprs, coincident, last, notes, where)
+        _vector_split(model, opts, stmts, exprs, coincident, last, notes, where, isolate)
     if vector:
         mark[last + 1] = VECTOR
     if tail is not None:
@@ -442,7 +464,7 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
         for s in stmts:
             exts, dims = extents(s), tail[s.name]
             coalesced[s.name] = Coalesced(last, tuple(dims), tuple(exts[d] for d in dims), lanes)
-    return _insert_band(leaf, ctx, stmts, exprs, coincident, mark)
+    return _insert_band(leaf, ctx, stmts, exprs, coincident, mark, isolate)
 
 
 def _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where):

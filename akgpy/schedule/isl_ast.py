@@ -60,7 +60,7 @@ class _Gen:
         dtypes = {str(iv.var.ty) for b in blocks.values() for iv in b.iter_vars}
         self.index = "int64" if "int64" in dtypes else "int32"
         self.vars: dict[str, tirx.Var] = {}
-        self.kind: tirx.ForKind | None = None
+        self.kind: tuple | None = None  # (ForKind of the enclosing mark, its loop's iterator once seen)
         self.params = list(func.params)
         self.views: dict[tuple[str, int], tuple] = {}  # (param, position) -> (view, param)
         self.flat: dict[str, tuple] = {}  # statement -> (block with a linear iter var, its var)
@@ -80,8 +80,8 @@ class _Gen:
             return tirx.IfThenElse(self.expr(nd.if_get_cond()), then, other)
         if t == _N.mark:
             name = nd.mark_get_id().get_name()
-            outer, self.kind = self.kind, {PARALLEL: tirx.ForKind.PARALLEL,
-                                          VECTOR: tirx.ForKind.VECTORIZED}.get(name)
+            kind = {PARALLEL: tirx.ForKind.PARALLEL, VECTOR: tirx.ForKind.VECTORIZED}.get(name)
+            outer, self.kind = self.kind, (kind, None) if kind is not None else None
             try:
                 return self.node(nd.mark_get_node())
             finally:
@@ -105,11 +105,16 @@ class _Gen:
             raise CompileError(f"isl AST loop {it}: condition {cond.to_C_str()} is not an upper bound")
         hi = self.expr(cond.get_op_arg(1))
         extent = hi - lo + (1 if op == _O.le else 0)
-        kind, self.kind = self.kind, None  # a mark applies to the loop right below it only
+        # a mark applies to the loop right below it only; when isl isolated full blocks of the
+        # marked member, the mark's child is a block: the first loop is the marked member's, and
+        # a later loop is only if it has the same iterator (the remainder's vector loop), never
+        # one of the remainder's inner loops (its marked member has one iteration and no loop)
+        mark, self.kind = self.kind, None
+        kind = mark[0] if mark is not None and mark[1] in (None, it) else None
         try:
             body = self.node(nd.for_get_body())
         finally:
-            self.kind = kind
+            self.kind = (mark[0], mark[1] or it) if mark is not None else None
         extent = self.analyzer.simplify(extent)  # vector loops need a constant extent
         if kind == tirx.ForKind.VECTORIZED and not isinstance(extent, tirx.IntImm):
             kind = tirx.ForKind.SERIAL

@@ -205,14 +205,14 @@ def _prod(xs) -> int:
 
 def _lane_split(xs, inner_axes, split_axis, factor) -> int:
     """Lanes for a flat interleaved sum of each chunk's block, or 0: only when the block is
-    x's trailing non-unit dims (contiguous), splits evenly, and its innermost dim is too short
-    for a vector loop of its own (the row rfactor handles long rows)."""
+    x's trailing non-unit dims (contiguous) and its innermost dim is too short, or does not
+    split into whole vectors, for a vector loop of its own (the row rfactor handles those)."""
     trailing = [d for d in range(len(xs)) if xs[d] != 1]
     if not inner_axes or trailing[-len(inner_axes):] != list(inner_axes):
         return 0
     exts = [factor if a == split_axis else xs[a] for a in inner_axes]
     block, last = _prod(exts), exts[-1]
-    if block % SUM_LANES or block < 4 * SUM_LANES or (last % SUM_LANES == 0 and last >= 2 * SUM_LANES):
+    if block < 4 * SUM_LANES or (last % SUM_LANES == 0 and last >= 2 * SUM_LANES):
         return 0
     return SUM_LANES
 
@@ -266,15 +266,17 @@ def _reduce(kind: str):
 
         lanes = _lane_split(xs, inner_axes, split_axis, factor) if chunk_shape and lw.vector_math else 0
         if lanes:
-            # the block of each chunk is contiguous in x but its innermost dim is short ([.., 3, 2]):
-            # sum it as `lanes` interleaved partials over its flat offset, so the long loop is a
-            # vector loop (codegen folds the offset's digits back into one address)
+            # the block of each chunk is contiguous in x but its innermost dim is short ([.., 3, 2],
+            # [.., 57]): sum it as `lanes` interleaved partials over its flat offset, so the long
+            # loop is a vector loop (codegen folds the offset's digits back into one address);
+            # a block that does not split evenly sums its last `rem` terms apart
             nc = len(chunk_shape)
             exts = [factor if a == split_axis else xs[a] for a in inner_axes]
+            rem = _prod(exts) % lanes
             kf = te.reduce_axis((0, _prod(exts) // lanes), name="kf")
 
-            def flat_body(i, chunk, lane):
-                f, digits, stride = kf * lanes + lane, {}, _prod(exts)
+            def flat_load(i, chunk, f):
+                digits, stride = {}, _prod(exts)
                 for a, e in zip(inner_axes, exts):
                     stride //= e
                     d = f // stride if stride > 1 else f
@@ -284,11 +286,24 @@ def _reduce(kind: str):
                 full = [ch[d] if d in ch else chunk[-1] * factor + digits[d] if d == split_axis else
                         digits[d] if d in digits else 0 if d in all_axes else next(it) for d in range(len(xs))]
                 v = x.tensor(*full)
-                return te.sum(v.astype(acc_dt) if dt(v) != acc_dt else v, axis=[kf])
-            part = lw.compute((*chunk_shape, lanes, *out.shape), lambda *i: flat_body(i[nc + 1:], i[:nc], i[nc]),
+                return v.astype(acc_dt) if dt(v) != acc_dt else v
+            # lanes innermost: the partials' stride-1 dim is the one the vector loop runs along
+            part = lw.compute((*chunk_shape, *out.shape, lanes),
+                              lambda *i: te.sum(flat_load(i[nc:-1], i[:nc], kf * lanes + i[-1]), axis=[kf]),
                               role="reduce", suffix="_partial")
-            cvars = [te.reduce_axis((0, c), name=f"c{j}") for j, c in enumerate([*chunk_shape, lanes])]
-            red = lw.compute(out.shape, lambda *i: te.sum(part(*cvars, *i), axis=cvars), role="reduce")
+            cvars = [te.reduce_axis((0, c), name=f"c{j}") for j, c in enumerate(chunk_shape)]
+            lane = te.reduce_axis((0, lanes), name="lane")
+            red = lw.compute(out.shape, lambda *i: te.sum(part(*cvars, *i, lane), axis=[*cvars, lane]), role="reduce")
+            if rem:
+                kt = te.reduce_axis((0, rem), name="kt")
+                main = _prod(exts) - rem
+                tail = lw.compute((*chunk_shape, *out.shape),
+                                  lambda *i: te.sum(flat_load(i[nc:], i[:nc], main + kt), axis=[kt]),
+                                  role="reduce", suffix="_tail")
+                tvars = [te.reduce_axis((0, c), name=f"t{j}") for j, c in enumerate(chunk_shape)]
+                tsum = lw.compute(out.shape, lambda *i: te.sum(tail(*tvars, *i), axis=tvars), role="reduce",
+                                  suffix="_tails")
+                red = lw.compute(out.shape, lambda *i: red(*i) + tsum(*i), suffix="_total")
         elif chunk_shape:
             # chunks outermost: a column sum's partials then keep the kept dims contiguous, so
             # each partial accumulates whole input rows with vector adds

@@ -176,6 +176,23 @@ def test_reduction_self_dependence_along_k():
                "{ S_ReduceSum_0_update[i, 5] -> S_ReduceSum_0_cast[i] : 0 <= i < 4 }")
 
 
+def shared_input(b):
+    x, w = b.input("x", (4, 6)), b.input("w", (6,))
+    b.output(b.exp(x))
+    b.output(x * w)
+
+
+def test_read_after_read_pairs_two_statements_only():
+    """rar (input fusion's proximity) pairs reads of one element by two statements; a
+    statement re-reading a broadcast element (w[j] for every i) is not paired with itself."""
+    m = model_of(shared_input)
+    d = dependences(m)
+    (e,) = [s.name for s in m.statements if s.name.startswith("S_Exp")]
+    (k,) = [s.name for s in m.statements if s.name.startswith("S_Mul")]
+    assert_rel(d.rar, m, f"{{ {e}[i, j] -> {k}[i, j] : 0 <= i < 4 and 0 <= j < 6 }}")
+    assert not d.rar.is_subset(d.validity)  # not a dependence: no order is forced by it
+
+
 # -- legality ----------------------------------------------------------------------------------
 
 def test_legality_accepts_original_and_isl_schedules():

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
+from .isl_util import maps_of
 from .model import PolyModel
 
 
@@ -21,6 +22,7 @@ class Deps:
     waw: isl.UnionMap  # write -> later write of the same element
     live_in: isl.UnionMap  # reads that see a value from before the function (inputs)
     validity: isl.UnionMap  # raw | war | waw: what every legal schedule must keep in order
+    rar: isl.UnionMap  # read -> later read of one element by an unrelated statement (not a dependence)
 
     def kinds_of(self, pair: isl.UnionMap) -> list[str]:
         """Which dependence kinds contain (any of) the pairs in `pair`."""
@@ -40,4 +42,29 @@ def dependences(model: PolyModel) -> Deps:
     waw = same_elem_ww.intersect(before).coalesce()
     war = same_elem_rw.intersect(before).coalesce()
     validity = raw.union(war).union(waw).coalesce()
-    return Deps(raw=raw.coalesce(), war=war, waw=waw, live_in=flow.get_must_no_source(), validity=validity)
+    rar = _input_reuse(model, raw, before)
+    return Deps(raw=raw.coalesce(), war=war, waw=waw, live_in=flow.get_must_no_source(), validity=validity,
+                rar=rar)
+
+
+def _input_reuse(model: PolyModel, raw: isl.UnionMap, before: isl.UnionMap) -> isl.UnionMap:
+    """Reads of one element by two statements with no chain of values between them (different
+    components of the RAW graph), the earlier to the later. Within a component RAW proximity
+    already fuses, and extra pairs there (a softmax's max and sum both reading x, through
+    their rfactor partials) pull isl away from the one outer band of rows it finds without."""
+    comp = {s.name: s.name for s in model.statements}
+
+    def find(a: str) -> str:
+        while comp[a] != a:
+            comp[a] = comp[comp[a]]
+            a = comp[a]
+        return a
+    for m in maps_of(raw):
+        comp[find(m.get_tuple_name(isl.dim_type.in_))] = find(m.get_tuple_name(isl.dim_type.out))
+    pairs = model.reads.apply_range(model.reads.reverse()).intersect(before)
+    keep = [m for m in maps_of(pairs)
+            if find(m.get_tuple_name(isl.dim_type.in_)) != find(m.get_tuple_name(isl.dim_type.out))]
+    out = isl.UnionMap.empty(model.domain.get_space())
+    for m in keep:
+        out = out.union(isl.UnionMap.from_map(m))
+    return out.coalesce()

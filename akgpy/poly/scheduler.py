@@ -31,16 +31,19 @@ DEFAULT_MAX_OPERATIONS = 20_000_000
 
 
 def compute_schedule(model: PolyModel, deps: Deps, *, max_operations: int = DEFAULT_MAX_OPERATIONS,
-                     options: dict[str, int] | None = None) -> isl.Schedule:
+                     options: dict[str, int] | None = None, input_reuse: bool = True) -> isl.Schedule:
     """isl's schedule for the model: validity = all dependences, proximity = RAW (so
-    producers move next to consumers: fusion), coincidence = validity (prefer parallel bands).
+    producers move next to consumers: fusion) and, with `input_reuse`, read-after-read of
+    one element by two statements (so statements sharing only inputs fuse too, and each
+    input is read from memory once: AKG's input fusion), coincidence = validity (prefer
+    parallel bands).
 
     `options` are isl Context scheduler options without the set_ prefix, e.g.
     {"schedule_max_constant_term": 1024}; they hold for this call only.
     """
     sc = (isl.ScheduleConstraints.on_domain(model.domain)
           .set_validity(deps.validity)
-          .set_proximity(deps.raw)
+          .set_proximity(deps.raw.union(deps.rar) if input_reuse else deps.raw)
           .set_coincidence(deps.validity))
     with context_options(model.ctx, options or {}), \
             operation_budget(model.ctx, max_operations, "compute_schedule"):
@@ -50,21 +53,22 @@ def compute_schedule(model: PolyModel, deps: Deps, *, max_operations: int = DEFA
 
 
 def schedule_text(model: PolyModel, deps: Deps, max_operations: int = DEFAULT_MAX_OPERATIONS,
-                  options: dict[str, int] | None = None) -> str:
+                  options: dict[str, int] | None = None, input_reuse: bool = True) -> str:
     """compute_schedule as text: what a worker process can send back (isl.Schedule does not pickle)."""
-    return compute_schedule(model, deps, max_operations=max_operations, options=options).to_str()
+    return compute_schedule(model, deps, max_operations=max_operations, options=options,
+                            input_reuse=input_reuse).to_str()
 
 
 def compute_schedule_bounded(model: PolyModel, deps: Deps, *, timeout_s: float,
                              max_operations: int = DEFAULT_MAX_OPERATIONS,
-                             options: dict[str, int] | None = None) -> isl.Schedule:
+                             options: dict[str, int] | None = None, input_reuse: bool = True) -> isl.Schedule:
     """compute_schedule in a worker killed after `timeout_s` (TimeoutError); the result is
     read back into model.ctx and checked again here, so nothing unchecked crosses over.
 
     Needed because the operation budget does not bound wall time: isl's search for constant
     shifts (e.g. a 28-statement LayerNorm of 8192x768) can spend 10 s within 1e6 operations.
     """
-    text = run_bounded(schedule_text, timeout_s, model, deps, max_operations, options)
+    text = run_bounded(schedule_text, timeout_s, model, deps, max_operations, options, input_reuse)
     schedule = schedule_from_text(model.ctx, text)
     check_legal(schedule, deps)
     return schedule

@@ -26,6 +26,7 @@ class ScheduleConfig:
     l1_bytes: int = 32 * 1024  # the cache model's L1 size
     stride1_innermost: bool = True  # move the dim walking the largest array with stride 1 innermost
     fusion_depth: int = 8  # most isl band members kept as loops shared by fused statements; 0 = none
+    input_fusion: bool = True  # isl's proximity includes two statements reading one input element
     isl_timeout_s: float = 5.0  # wall-clock bound on isl's scheduler, then the plain schedule runs
 
     def __post_init__(self):
@@ -38,6 +39,8 @@ class ScheduleConfig:
             raise CompileError(f"ScheduleConfig.tile must be a tuple of positive ints, got {self.tile!r}")
         if not isinstance(self.fusion_depth, int) or isinstance(self.fusion_depth, bool) or self.fusion_depth < 0:
             raise CompileError(f"ScheduleConfig.fusion_depth must be an int >= 0, got {self.fusion_depth!r}")
+        if not isinstance(self.input_fusion, bool):
+            raise CompileError(f"ScheduleConfig.input_fusion must be a bool, got {self.input_fusion!r}")
         if not isinstance(self.isl_timeout_s, (int, float)) or not self.isl_timeout_s > 0:
             raise CompileError(f"ScheduleConfig.isl_timeout_s must be > 0, got {self.isl_timeout_s!r}")
 

@@ -61,7 +61,8 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
         # bounding constant shifts by the largest extent keeps isl from searching for minutes
         # (layernorm.json: 10.5 s -> 0.18 s) and still lets it fuse
         tree = compute_schedule_bounded(model, deps, timeout_s=timeout_s,
-                                        options={"schedule_max_constant_term": biggest})
+                                        options={"schedule_max_constant_term": biggest},
+                                        input_reuse=cfg.input_fusion)
     except TimeoutError:
         return fallback(f"isl scheduler gave no answer within {timeout_s} s")
     except AkgpyError as e:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import tvm_ffi
 from tvm import ir, s_tir, tirx
+from tvm.sym import detect_linear_equation
 
 from ..te.builders import largest_divisor
 from ..te.lower import Lowered
@@ -106,10 +107,25 @@ def contiguous_iter(blk) -> int | None:
         last = ld.indices[-1] if len(ld.indices) else None
         if n > size and last is not None:
             best, size = last, n
+    if best is None:
+        return None
     for q, iv in enumerate(blk.iter_vars):
-        if best is not None and best.same_as(iv.var):
+        if best.same_as(iv.var):
+            return q
+    # a chunk of a split axis, c * 2048 + k: the iter var with coefficient 1 walks it
+    for q in reversed(range(len(blk.iter_vars))):
+        v = blk.iter_vars[q].var
+        coef = detect_linear_equation(best, [v])
+        if len(coef) == 2 and isinstance(coef[0], tirx.IntImm) and int(coef[0].value) == 1 \
+                and not _uses_var(coef[1], v):
             return q
     return None
+
+
+def _uses_var(e, v) -> bool:
+    found = []
+    tvm_ffi.structural_walk(e, [(tirx.Var, found.append)])
+    return any(x.same_as(v) for x in found)
 
 
 def _reduction(sch, block, cfg: ScheduleConfig) -> None:

@@ -292,3 +292,25 @@ def test_run_bounded_times_out_and_propagates_failures():
     with pytest.raises(CompileError, match="died"):
         run_bounded(os._exit, 10, 3)
     assert run_bounded(pow, 10, 2, 10) == 1024
+
+
+def test_fast_legality_test_agrees_with_the_exact_order():
+    """check_legal's pair-only test (time differences lexicographically positive) and the exact
+    subtraction from the order between all statement pairs agree, legal or not."""
+    from akgpy.poly.checks import violations
+    from akgpy.poly.isl_util import flat_schedule_map
+    seen = set()
+    for build in (producer_consumer, softmax, row_sum):
+        m = model_of(build)
+        d = dependences(m)
+        n = maps_of(m.order)[0].dim(isl.dim_type.out)
+        t = [f"t{q}" for q in range(n)]
+        flip = isl.UnionMap(f"{{ [{', '.join(t)}] -> [{', '.join(['t0'] + ['-' + x for x in t[1:]])}] }}",
+                            context=m.ctx)
+        reversed_k = m.order.apply_range(flip)  # every statement's loops run backwards
+        for sched in (m.order, compute_schedule(m, d).get_map(), reversed_k):
+            smap = flat_schedule_map(sched)
+            exact = d.validity.subtract(smap.lex_lt_union_map(smap))
+            assert violations(sched, d).is_empty() == exact.is_empty()
+            seen.add(exact.is_empty())
+    assert seen == {True, False}

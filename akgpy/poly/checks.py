@@ -24,8 +24,36 @@ def violations(schedule, deps: Deps) -> isl.UnionMap:
     unscheduled instance is not ordered at all.
     """
     smap = flat_schedule_map(schedule)
+    if _all_forward(smap, deps.validity):
+        return isl.UnionMap.empty(deps.validity.get_space())
     forward = smap.lex_lt_union_map(smap)  # (a, b): time(a) < time(b)
     return deps.validity.subtract(forward)
+
+
+def _all_forward(smap: isl.UnionMap, pairs: isl.UnionMap) -> bool:
+    """Does every pair run source-first? The time differences of the pairs (one anonymous
+    space) must all be lexicographically positive, and every instance scheduled. The cheap
+    test: lex_lt_union_map builds the order between every two statements (0.57 s of a 48-
+    statement kernel's compile); this touches only the pairs. The exact difference above
+    runs only when this fails, to name a violated pair."""
+    dom = smap.domain()
+    if not pairs.domain().is_subset(dom) or not pairs.range().is_subset(dom):
+        return False
+    if pairs.is_empty():
+        return True
+    delta = pairs.apply_domain(smap).apply_range(smap).deltas()
+    sets = []
+    delta.foreach_set(sets.append)
+    for d in sets:
+        n = d.dim(isl.dim_type.set)
+        lexpos = isl.Set.empty(d.get_space())
+        for k in range(n):
+            cons = [f"t{q} = 0" for q in range(k)] + [f"t{k} > 0"]
+            lexpos = lexpos.union(isl.Set(f"{{ [{', '.join(f't{q}' for q in range(n))}] : {' and '.join(cons)} }}",
+                                          context=d.get_ctx()))
+        if not d.is_subset(lexpos):
+            return False
+    return True
 
 
 def check_legal(schedule: isl.UnionMap | isl.Schedule, deps: Deps) -> None:

@@ -36,18 +36,19 @@ def dependences(model: PolyModel) -> Deps:
             .set_schedule_map(order)
             .compute_flow())
     raw = flow.get_must_dependence()
-    before = order.lex_lt_union_map(order)  # pairs (a, b) with a executed before b
-    same_elem_ww = model.writes.apply_range(model.writes.reverse())
-    same_elem_rw = model.reads.apply_range(model.writes.reverse())
-    waw = same_elem_ww.intersect(before).coalesce()
-    war = same_elem_rw.intersect(before).coalesce()
+    order_lt = order.lex_lt_union_map(order)  # pairs (a, b) with a executed before b
+
+    def before(pairs: isl.UnionMap) -> isl.UnionMap:
+        return pairs.intersect(order_lt)
+    waw = before(model.writes.apply_range(model.writes.reverse())).coalesce()
+    war = before(model.reads.apply_range(model.writes.reverse())).coalesce()
     validity = raw.union(war).union(waw).coalesce()
     rar = _input_reuse(model, raw, before)
     return Deps(raw=raw.coalesce(), war=war, waw=waw, live_in=flow.get_must_no_source(), validity=validity,
                 rar=rar)
 
 
-def _input_reuse(model: PolyModel, raw: isl.UnionMap, before: isl.UnionMap) -> isl.UnionMap:
+def _input_reuse(model: PolyModel, raw: isl.UnionMap, before) -> isl.UnionMap:
     """Reads of one element by two statements with no chain of values between them (different
     components of the RAW graph), the earlier to the later. Within a component RAW proximity
     already fuses, and extra pairs there (a softmax's max and sum both reading x, through
@@ -61,7 +62,7 @@ def _input_reuse(model: PolyModel, raw: isl.UnionMap, before: isl.UnionMap) -> i
         return a
     for m in maps_of(raw):
         comp[find(m.get_tuple_name(isl.dim_type.in_))] = find(m.get_tuple_name(isl.dim_type.out))
-    pairs = model.reads.apply_range(model.reads.reverse()).intersect(before)
+    pairs = before(model.reads.apply_range(model.reads.reverse()))
     keep = [m for m in maps_of(pairs)
             if find(m.get_tuple_name(isl.dim_type.in_)) != find(m.get_tuple_name(isl.dim_type.out))]
     out = isl.UnionMap.empty(model.domain.get_space())

@@ -21,6 +21,7 @@ from ..errors import CompileError
 from ..poly.isl_util import affine
 from ..poly.model import PolyModel
 from ..poly.tree import PARALLEL, VECTOR
+from .plain import uses_var
 
 _N, _E, _O = isl.ast_node_type, isl.ast_expr_type, isl.ast_expr_op_type
 
@@ -172,7 +173,7 @@ class _Gen:
             shape = [int(e.value) if hasattr(e, "value") else None for e in buf.ty.shape]
             idx = list(indices)
             pos = next((q for q, i in enumerate(idx) if i.same_as(dvars[0])), None)
-            if pos is None or any(_uses(i, dvars) for i in idx[:pos]):
+            if pos is None or any(uses_var(i, dvars) for i in idx[:pos]):
                 return None
             j = 0
             while pos + j < len(idx) and j < len(dvars) and idx[pos + j].same_as(dvars[j]) \
@@ -327,12 +328,6 @@ def _divides(indices) -> bool:
     for i in indices:
         tvm_ffi.structural_walk(i, [(tirx.FloorDiv, found.append), (tirx.FloorMod, found.append)])
     return bool(found)
-
-
-def _uses(e, vars_) -> bool:
-    found = []
-    tvm_ffi.structural_walk(e, [(tirx.Var, found.append)])
-    return any(v.same_as(w) for v in found for w in vars_)
 
 
 def _regions(old, accesses, views) -> list:

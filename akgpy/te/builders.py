@@ -6,6 +6,7 @@ loops run is the scheduler's business.
 """
 from __future__ import annotations
 
+from math import prod
 from typing import Callable
 
 from tvm import te, tirx
@@ -196,13 +197,6 @@ def _split_reduction(xs, axes):
 SUM_LANES = 8
 
 
-def _prod(xs) -> int:
-    n = 1
-    for x in xs:
-        n *= x
-    return n
-
-
 def _lane_split(xs, inner_axes, split_axis, factor) -> int:
     """Lanes for a flat interleaved sum of each chunk's block, or 0: only when the block is
     x's trailing non-unit dims (contiguous) and its innermost dim is too short, or does not
@@ -211,7 +205,7 @@ def _lane_split(xs, inner_axes, split_axis, factor) -> int:
     if not inner_axes or trailing[-len(inner_axes):] != list(inner_axes):
         return 0
     exts = [factor if a == split_axis else xs[a] for a in inner_axes]
-    block, last = _prod(exts), exts[-1]
+    block, last = prod(exts), exts[-1]
     if block < 4 * SUM_LANES or (last % SUM_LANES == 0 and last >= 2 * SUM_LANES):
         return 0
     return SUM_LANES
@@ -272,11 +266,11 @@ def _reduce(kind: str):
             # a block that does not split evenly sums its last `rem` terms apart
             nc = len(chunk_shape)
             exts = [factor if a == split_axis else xs[a] for a in inner_axes]
-            rem = _prod(exts) % lanes
-            kf = te.reduce_axis((0, _prod(exts) // lanes), name="kf")
+            rem = prod(exts) % lanes
+            kf = te.reduce_axis((0, prod(exts) // lanes), name="kf")
 
             def flat_load(i, chunk, f):
-                digits, stride = {}, _prod(exts)
+                digits, stride = {}, prod(exts)
                 for a, e in zip(inner_axes, exts):
                     stride //= e
                     d = f // stride if stride > 1 else f
@@ -296,7 +290,7 @@ def _reduce(kind: str):
             red = lw.compute(out.shape, lambda *i: te.sum(part(*cvars, *i, lane), axis=[*cvars, lane]), role="reduce")
             if rem:
                 kt = te.reduce_axis((0, rem), name="kt")
-                main = _prod(exts) - rem
+                main = prod(exts) - rem
                 tail = lw.compute((*chunk_shape, *out.shape),
                                   lambda *i: te.sum(flat_load(i[nc:], i[:nc], main + kt), axis=[kt]),
                                   role="reduce", suffix="_tail")

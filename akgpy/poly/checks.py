@@ -39,21 +39,11 @@ def _all_forward(smap: isl.UnionMap, pairs: isl.UnionMap) -> bool:
     dom = smap.domain()
     if not pairs.domain().is_subset(dom) or not pairs.range().is_subset(dom):
         return False
-    if pairs.is_empty():
-        return True
     delta = pairs.apply_domain(smap).apply_range(smap).deltas()
     sets = []
     delta.foreach_set(sets.append)
-    for d in sets:
-        n = d.dim(isl.dim_type.set)
-        lexpos = isl.Set.empty(d.get_space())
-        for k in range(n):
-            cons = [f"t{q} = 0" for q in range(k)] + [f"t{k} > 0"]
-            lexpos = lexpos.union(isl.Set(f"{{ [{', '.join(f't{q}' for q in range(n))}] : {' and '.join(cons)} }}",
-                                          context=d.get_ctx()))
-        if not d.is_subset(lexpos):
-            return False
-    return True
+    # lex_lt's differences are exactly the lexicographically positive vectors
+    return all(d.is_subset(isl.Map.lex_lt(d.get_space()).deltas()) for d in sets)
 
 
 def check_legal(schedule: isl.UnionMap | isl.Schedule, deps: Deps) -> None:

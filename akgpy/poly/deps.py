@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from .isl_util import maps_of
+from .isl_util import maps_of, union_map
 from .model import PolyModel
 
 
@@ -65,7 +65,4 @@ def _input_reuse(model: PolyModel, raw: isl.UnionMap, before) -> isl.UnionMap:
     pairs = before(model.reads.apply_range(model.reads.reverse()))
     keep = [m for m in maps_of(pairs)
             if find(m.get_tuple_name(isl.dim_type.in_)) != find(m.get_tuple_name(isl.dim_type.out))]
-    out = isl.UnionMap.empty(model.domain.get_space())
-    for m in keep:
-        out = out.union(isl.UnionMap.from_map(m))
-    return out.coalesce()
+    return union_map(model.ctx, keep).coalesce()

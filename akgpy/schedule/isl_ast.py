@@ -12,6 +12,8 @@ what makes a fused row's intermediates row-sized.
 """
 from __future__ import annotations
 
+from math import prod
+
 import islpy as isl
 import tvm_ffi
 from tvm import ir, s_tir, tirx
@@ -21,7 +23,6 @@ from ..errors import CompileError
 from ..poly.isl_util import affine
 from ..poly.model import PolyModel
 from ..poly.tree import PARALLEL, VECTOR
-from .plain import uses_var
 
 _N, _E, _O = isl.ast_node_type, isl.ast_expr_type, isl.ast_expr_op_type
 
@@ -64,7 +65,7 @@ class _Gen:
         self.kind: tuple | None = None  # (ForKind of the enclosing mark, its loop's iterator once seen)
         self.params = list(func.params)
         self.views: dict[tuple[str, int], tuple] = {}  # (param, position) -> (view, param)
-        self.flat: dict[str, tuple] = {}  # statement -> (block with a linear iter var, its var)
+        self.flat: dict = {}  # statement -> its block with kernel arguments read through views
 
     # -- statements ---------------------------------------------------------------------------
     def node(self, nd):
@@ -125,19 +126,23 @@ class _Gen:
         name = e.get_op_arg(0).get_id().get_name()
         block = self.stmts[name]
         args = [self.expr(e.get_op_arg(q)) for q in range(1, e.get_op_n_arg())]
-        if name in self.coalesced:
-            c = self.coalesced[name]
-            lin = self.linear(c)
-            if lin is not None:
-                args = self.uncoalesce(c, args, lin)
-                flat = self.flat_block(name, block, c)
-                if flat is not None:
-                    block, args = flat, args + [lin]
-        else:
-            block = self.folded_block(name, block)
+        c = self.coalesced.get(name)
+        if c is None:
+            block = self.rewritten(name, lambda: self.folded_block(name, block))
+        elif (lin := self.linear(c)) is not None:  # else a degenerate loop: the dims as isl gives them
+            args = self.uncoalesce(c, args, lin)
+            flat = self.rewritten(name, lambda: self.flat_block(block, c))
+            if flat is not block:
+                block, args = flat, args + [lin]
         values = [a if str(a.ty) == str(iv.var.ty) else tirx.Cast(str(iv.var.ty), a)
                   for a, iv in zip(args, block.iter_vars)]
         return s_tir.SBlockRealize(values, True, block)
+
+    def rewritten(self, name: str, make):
+        """A statement's rewritten block, made once: isl's AST may call the statement in many places."""
+        if name not in self.flat:
+            self.flat[name] = make()
+        return self.flat[name]
 
     def linear(self, c):
         """The coalesced linear iterator L = c<d> * lanes + c<d+1>; None when a loop was
@@ -150,7 +155,7 @@ class _Gen:
             lin = lin * tirx.IntImm(self.index, c.lanes) + self.vars[names[1]]
         return lin
 
-    def flat_block(self, name: str, block, c):
+    def flat_block(self, block, c):
         """The statement's block with one more iter var, L, and every access to a kernel
         argument whose trailing indices are the coalesced dims (in order, then unit dims, as a
         broadcast operand [..., 3, 1] under [..., 3, 2] has) rewritten to a view of that
@@ -158,22 +163,14 @@ class _Gen:
         TVM cannot fold the mixed-radix digits of L back into a flat address once L is split
         into vector lanes that do not divide the inner extents (52*3*2 by 16): every lane
         became a scalar load. Through the view each such access is one vector load."""
-        if name in self.flat:
-            return self.flat[name]
         dvars = [block.iter_vars[d].var for d in c.dims]
-        total = 1
-        for e in c.extents:
-            total *= e
         vlin = tirx.Var("v_lin", self.index)
-        viewed: list = []  # the views this block accesses
 
         def flat_access(buf, indices):
-            if not any(buf.same_as(p) for p in self.params):
-                return None
             shape = [int(e.value) if hasattr(e, "value") else None for e in buf.ty.shape]
             idx = list(indices)
             pos = next((q for q, i in enumerate(idx) if i.same_as(dvars[0])), None)
-            if pos is None or any(uses_var(i, dvars) for i in idx[:pos]):
+            if pos is None or any(_uses(i, dvars) for i in idx[:pos]):
                 return None
             j = 0
             while pos + j < len(idx) and j < len(dvars) and idx[pos + j].same_as(dvars[j]) \
@@ -183,21 +180,10 @@ class _Gen:
             if j == 0 or any(not (isinstance(i, tirx.IntImm) and int(i.value) == 0 and shape[pos + j + q] == 1)
                              for q, i in enumerate(rest)):
                 return None
-            inner = 1
-            for e in shape[pos:]:
-                inner *= e
-            view = self.view(buf, pos, inner)
-            below = 1
-            for e in c.extents[j:]:
-                below *= e
+            below = prod(c.extents[j:])
             flat = vlin if below == 1 else tirx.FloorDiv(vlin, tirx.IntImm(self.index, below))
-            if not any(view.same_as(v) for v in viewed):
-                viewed.append(view)
-            return view, [*idx[:pos], flat]
-
-        flat = self.rewrite(block, flat_access, viewed, [tirx.IterVar(ir.Range(0, total), vlin, 0)])
-        self.flat[name] = None if flat is block else flat
-        return self.flat[name]
+            return self.view(buf, pos, prod(shape[pos:])), [*idx[:pos], flat]
+        return self.rewrite(block, flat_access, [tirx.IterVar(ir.Range(0, prod(c.extents)), vlin, 0)])
 
     def folded_block(self, name: str, block):
         """The statement's block with every kernel-argument access whose indices divide or take
@@ -206,16 +192,12 @@ class _Gen:
         iters: (8k+l) // 312, (8k+l) % 312 // 6, (4k + l//2) % 3, l % 2 of a [.., 52, 3, 2]
         array is the address 8k + l + ..., one vector load in a loop over l, where TVM emits
         a scalar load per lane."""
-        if name in self.flat:
-            return self.flat[name]
         st = self.model.statement(name)
         env = {iv.var.name: d for iv, d in zip(block.iter_vars, st.dims)}
-        cons = " and ".join(f"{int(iv.dom.min.value)} <= {d} < {int(iv.dom.min.value) + int(iv.dom.extent.value)}"
-                            for iv, d in zip(block.iter_vars, st.dims)) or "true"
-        viewed: list = []
+        ty = str(block.iter_vars[0].var.ty) if block.iter_vars else self.index
 
         def fold(buf, indices):
-            if len(indices) < 2 or not any(buf.same_as(p) for p in self.params) or not _divides(indices):
+            if len(indices) < 2 or not _divides(indices):
                 return None
             shape = [int(e.value) for e in buf.ty.shape]
             terms, stride = [], 1
@@ -223,28 +205,22 @@ class _Gen:
                 terms.append(f"{stride} * ({affine(i, env, block.name_hint)})")
                 stride *= e
             try:
-                pma = isl.PwMultiAff.from_map(isl.Map(
-                    f"{{ [{', '.join(st.dims)}] -> [{' + '.join(terms)}] : {cons} }}", context=self.model.ctx))
+                offset = isl.Map(f"{{ {st.name}[{', '.join(st.dims)}] -> [{' + '.join(terms)}] }}",
+                                 context=self.model.ctx).intersect_domain(st.domain)
             except (CompileError, isl.Error):
                 return None
             pieces = []
-            pma.get_pw_aff(0).foreach_piece(lambda _s, aff: pieces.append(aff))
+            isl.PwMultiAff.from_map(offset).get_pw_aff(0).foreach_piece(lambda _s, aff: pieces.append(aff))
             if len(pieces) != 1 or pieces[0].dim(isl.dim_type.div) or not pieces[0].get_denominator_val().is_one():
                 return None
             aff = pieces[0]
-            ty = str(block.iter_vars[0].var.ty)
             flat = tirx.IntImm(ty, int(aff.get_constant_val().to_python()))
             for q, iv in enumerate(block.iter_vars):
                 k = int(aff.get_coefficient_val(isl.dim_type.in_, q).to_python())
                 if k:
                     flat = flat + (iv.var if k == 1 else iv.var * tirx.IntImm(ty, k))
-            view = self.view(buf, 0, stride)
-            if not any(view.same_as(v) for v in viewed):
-                viewed.append(view)
-            return view, [flat]
-        folded = self.rewrite(block, fold, viewed)
-        self.flat[name] = folded
-        return folded
+            return self.view(buf, 0, stride), [flat]
+        return self.rewrite(block, fold)
 
     def view(self, buf, pos: int, inner: int):
         """`buf` with its dims from `pos` on flattened into one of `inner` elements (same data)."""
@@ -255,19 +231,27 @@ class _Gen:
             self.views[key] = (view, buf)
         return self.views[key][0]
 
-    def rewrite(self, block, access, viewed: list, extra_ivs=()):
-        """`block` with each load/store that `access(buffer, indices)` maps to (view, indices)
-        rewritten, its regions updated; `block` itself when nothing was."""
+    def rewrite(self, block, access, extra_ivs=()):
+        """`block` with each load/store of a kernel argument that `access(buffer, indices)` maps
+        to (view, indices) rewritten and its regions updated; `block` itself when none was."""
+        viewed: list = []
+
+        def hit(buf, indices):
+            if not any(buf.same_as(p) for p in self.params):
+                return None
+            got = access(buf, indices)
+            if got is not None and not any(got[0].same_as(v) for v in viewed):
+                viewed.append(got[0])
+            return got
+
         def on_load(ld, mut):
-            hit = access(ld.source, ld.indices)
-            return mut.default_mutate(ld) if hit is None else tirx.BufferLoad(hit[0], hit[1])
+            got = hit(ld.source, ld.indices)
+            return mut.default_mutate(ld) if got is None else tirx.BufferLoad(*got)
 
         def on_store(st, mut):
-            hit = access(st.buffer, st.indices)
-            value = mut.mutate(st.value)
-            if hit is None:
-                return tirx.BufferStore(st.buffer, value, list(st.indices))
-            return tirx.BufferStore(hit[0], value, hit[1])
+            got = hit(st.buffer, st.indices)
+            buf, idx = got if got is not None else (st.buffer, list(st.indices))
+            return tirx.BufferStore(buf, mut.mutate(st.value), idx)
         body = tvm_ffi.structural_mutate(block.body, [(ir.TensorLoad, on_load), (tirx.BufferStore, on_store)])
         if not viewed:
             return block
@@ -321,6 +305,12 @@ _BIN = {
     _O.eq: tirx.EQ, _O.le: tirx.LE, _O.lt: tirx.LT, _O.ge: tirx.GE, _O.gt: tirx.GT,
     _O.and_: tirx.And, _O.and_then: tirx.And, _O.or_: tirx.Or, _O.or_else: tirx.Or,
 }
+
+
+def _uses(e, vars_) -> bool:
+    found = []
+    tvm_ffi.structural_walk(e, [(tirx.Var, found.append)])
+    return any(x.same_as(v) for x in found for v in vars_)
 
 
 def _divides(indices) -> bool:

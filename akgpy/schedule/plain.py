@@ -116,17 +116,9 @@ def contiguous_iter(blk) -> int | None:
     for q in reversed(range(len(blk.iter_vars))):
         v = blk.iter_vars[q].var
         coef = detect_linear_equation(best, [v])
-        if len(coef) == 2 and isinstance(coef[0], tirx.IntImm) and int(coef[0].value) == 1 \
-                and not uses_var(coef[1], [v]):
+        if len(coef) == 2 and isinstance(coef[0], tirx.IntImm) and int(coef[0].value) == 1:
             return q
     return None
-
-
-def uses_var(e, vars_) -> bool:
-    """Does expression `e` use any of `vars_`?"""
-    found = []
-    tvm_ffi.structural_walk(e, [(tirx.Var, found.append)])
-    return any(x.same_as(v) for x in found for v in vars_)
 
 
 def _reduction(sch, block, cfg: ScheduleConfig) -> None:

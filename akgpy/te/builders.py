@@ -197,16 +197,15 @@ def _split_reduction(xs, axes):
 SUM_LANES = 8
 
 
-def _lane_split(xs, inner_axes, split_axis, factor) -> int:
-    """Lanes for a flat interleaved sum of each chunk's block, or 0: only when the block is
-    x's trailing non-unit dims (contiguous) and its innermost dim is too short, or does not
-    split into whole vectors, for a vector loop of its own (the row rfactor handles those)."""
+def _lane_split(xs, inner_axes, exts) -> int:
+    """Lanes for a flat interleaved sum of each chunk's block (inner axes of extents `exts`), or
+    0: only when the block is x's trailing non-unit dims (contiguous) and its innermost dim is
+    too short, or does not split into whole vectors, for a vector loop of its own (the row
+    rfactor handles those)."""
     trailing = [d for d in range(len(xs)) if xs[d] != 1]
     if not inner_axes or trailing[-len(inner_axes):] != list(inner_axes):
         return 0
-    exts = [factor if a == split_axis else xs[a] for a in inner_axes]
-    block, last = prod(exts), exts[-1]
-    if block < 4 * SUM_LANES or (last % SUM_LANES == 0 and last >= 2 * SUM_LANES):
+    if prod(exts) < 4 * SUM_LANES or (exts[-1] % SUM_LANES == 0 and exts[-1] >= 2 * SUM_LANES):
         return 0
     return SUM_LANES
 
@@ -222,9 +221,7 @@ def _reduce(kind: str):
         acc_dt = x.desc.dtype
         if kind == "sum":
             acc_dt = SUM_ACC if x.desc.dtype.startswith("float") else compute_dtype(x.desc.dtype)
-        total = 1
-        for a in axes:
-            total *= xs[a]
+        total = prod(xs[a] for a in axes)
         outer, split_axis, factor = ([], None, 1)
         if kind == "sum" and total > SUM_BLOCK and acc_dt.startswith("float"):
             outer, split_axis, factor = _split_reduction(xs, axes)
@@ -233,7 +230,9 @@ def _reduce(kind: str):
         inner_axes = [a for a in axes if a not in outer]
         rvars = {a: te.reduce_axis((0, factor if a == split_axis else xs[a]), name=f"k{a}") for a in inner_axes}
 
-        def src_index(i, chunk):
+        def load(i, chunk, inner):
+            """x at kept index i, chunk `chunk`, and the within-chunk index `inner` (axis -> expr),
+            in the accumulator dtype."""
             kidx = reshape_index(kept, out.shape, i) if tuple(kept) != tuple(out.shape) else list(i)
             it, ch = iter(kidx), dict(zip(outer, chunk))
             full = []
@@ -241,58 +240,54 @@ def _reduce(kind: str):
                 if d in ch:
                     full.append(ch[d])
                 elif d == split_axis:
-                    full.append(chunk[-1] * factor + rvars[d])
-                elif d in rvars:
-                    full.append(rvars[d])
+                    full.append(chunk[-1] * factor + inner[d])
+                elif d in inner:
+                    full.append(inner[d])
                 elif d in all_axes:
                     full.append(0)
                 else:
                     full.append(next(it))
-            return tuple(full)
+            v = x.tensor(*full)
+            return v.astype(acc_dt) if dt(v) != acc_dt else v
 
         def body(i, chunk):
-            v = x.tensor(*src_index(i, chunk))
-            v = v.astype(acc_dt) if dt(v) != acc_dt else v
+            v = load(i, chunk, rvars)
             if not rvars:
                 return v
             rv = list(rvars.values())
             return te.sum(v, axis=rv) if kind == "sum" else te.max(v, axis=rv)
 
-        lanes = _lane_split(xs, inner_axes, split_axis, factor) if chunk_shape and lw.vector_math else 0
+        exts = [factor if a == split_axis else xs[a] for a in inner_axes]
+        lanes = _lane_split(xs, inner_axes, exts) if chunk_shape and lw.vector_math else 0
         if lanes:
             # the block of each chunk is contiguous in x but its innermost dim is short ([.., 3, 2],
             # [.., 57]): sum it as `lanes` interleaved partials over its flat offset, so the long
             # loop is a vector loop (codegen folds the offset's digits back into one address);
             # a block that does not split evenly sums its last `rem` terms apart
             nc = len(chunk_shape)
-            exts = [factor if a == split_axis else xs[a] for a in inner_axes]
-            rem = prod(exts) % lanes
-            kf = te.reduce_axis((0, prod(exts) // lanes), name="kf")
+            block = prod(exts)
+            rem = block % lanes
+            kf = te.reduce_axis((0, block // lanes), name="kf")
 
-            def flat_load(i, chunk, f):
-                digits, stride = {}, prod(exts)
+            def digits(f):
+                """The inner axes' indices of flat offset f within a chunk's block."""
+                out_, stride = {}, block
                 for a, e in zip(inner_axes, exts):
                     stride //= e
                     d = f // stride if stride > 1 else f
-                    digits[a] = d if a == inner_axes[0] else d % e
-                kidx = reshape_index(kept, out.shape, i) if tuple(kept) != tuple(out.shape) else list(i)
-                it, ch = iter(kidx), dict(zip(outer, chunk))
-                full = [ch[d] if d in ch else chunk[-1] * factor + digits[d] if d == split_axis else
-                        digits[d] if d in digits else 0 if d in all_axes else next(it) for d in range(len(xs))]
-                v = x.tensor(*full)
-                return v.astype(acc_dt) if dt(v) != acc_dt else v
+                    out_[a] = d if a == inner_axes[0] else d % e
+                return out_
             # lanes innermost: the partials' stride-1 dim is the one the vector loop runs along
             part = lw.compute((*chunk_shape, *out.shape, lanes),
-                              lambda *i: te.sum(flat_load(i[nc:-1], i[:nc], kf * lanes + i[-1]), axis=[kf]),
+                              lambda *i: te.sum(load(i[nc:-1], i[:nc], digits(kf * lanes + i[-1])), axis=[kf]),
                               role="reduce", suffix="_partial")
             cvars = [te.reduce_axis((0, c), name=f"c{j}") for j, c in enumerate(chunk_shape)]
             lane = te.reduce_axis((0, lanes), name="lane")
             red = lw.compute(out.shape, lambda *i: te.sum(part(*cvars, *i, lane), axis=[*cvars, lane]), role="reduce")
             if rem:
                 kt = te.reduce_axis((0, rem), name="kt")
-                main = prod(exts) - rem
                 tail = lw.compute((*chunk_shape, *out.shape),
-                                  lambda *i: te.sum(flat_load(i[nc:], i[:nc], main + kt), axis=[kt]),
+                                  lambda *i: te.sum(load(i[nc:], i[:nc], digits(block - rem + kt)), axis=[kt]),
                                   role="reduce", suffix="_tail")
                 tvars = [te.reduce_axis((0, c), name=f"t{j}") for j, c in enumerate(chunk_shape)]
                 tsum = lw.compute(out.shape, lambda *i: te.sum(tail(*tvars, *i), axis=tvars), role="reduce",

@@ -131,3 +131,47 @@ def test_poly_picks_libm_when_no_math_statement_is_vectorised():
     e = b.exp(v - v.max(axis=1, keepdims=True))
     b.output(e / e.sum(axis=1, keepdims=True))
     assert "float32 exp/log/tanh: vector math" in akgpy.fuse(b.build()).explain()
+
+
+def test_exp_without_clamps_inside_a_proven_range():
+    """y = 87 tanh(x) is in [-87, 87] (graph/ranges.py), where exp needs neither its overflow
+    clamp nor the 2^128 fix-up: they are gone from the kernel and it stays within 2 ulp."""
+    x = np.linspace(-3.0, 3.0, 1 << 16, dtype=np.float32)
+    b = GraphBuilder("exp_in_range")
+    v = b.input("x", (16, x.size // 16))
+    y = b.tanh(v) * 87.0
+    b.output(y)
+    b.output(b.exp(y))
+    prog = akgpy.fuse(b.build())
+    assert "88.72283935546875" not in prog.kernels[0].tir
+    got_y, got = (o.reshape(-1) for o in prog(x.reshape(16, -1)))
+    err = _ulps(got, np.exp(got_y.astype(np.float64)))
+    assert err.max() <= ULP_BOUND["exp"], (float(err.max()), float(got_y[err.argmax()]))
+
+
+def test_softplus_drops_the_special_cases_it_cannot_reach():
+    """log(1 + exp(-|x|)): the exp's argument is <= 0 and the log's in [1, 2], so the kernel has
+    no overflow, zero, negative, subnormal or infinity handling; NaN still gives NaN, +-inf 0."""
+    inf, nan = np.inf, np.nan
+    x = np.concatenate([np.linspace(-100, 100, 4080, dtype=np.float32),
+                        np.float32([inf, -inf, nan, 0, -0.0, 1e-45, 3e38, -3e38, 88.8, -88.8, 1e-30, 20, -20, 1, -1,
+                                    0.5])])
+    b = GraphBuilder("softplus")
+    v = b.input("x", (16, x.size // 16))
+    b.output(b.log(b.exp(-b.abs(v)) + 1.0))
+    g = b.build()
+    prog = akgpy.fuse(g)
+    tir = prog.kernels[0].tir
+    assert "88.72283935546875" not in tir and 'T.float32("-inf")' not in tir and 'T.float32("nan")' not in tir
+    (got,) = prog(x.reshape(16, -1))
+    got = got.reshape(-1)
+    (want,) = akgpy.reference.run(g, [x.reshape(16, -1)])
+    want = want.reshape(-1)
+    assert np.array_equal(np.isnan(got), np.isnan(x)) and got[4080] == 0.0 and got[4081] == 0.0
+    ok = ~np.isnan(x)
+    assert np.allclose(got[ok], want[ok], rtol=1e-6, atol=1e-7)
+    # the same log over an argument that may be 0 keeps its special cases
+    b = GraphBuilder("log_anywhere")
+    v = b.input("x", (16, 256))
+    b.output(b.log(b.exp(-b.abs(v))))
+    assert 'T.float32("-inf")' in akgpy.fuse(b.build()).kernels[0].tir

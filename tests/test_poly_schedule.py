@@ -414,3 +414,25 @@ def test_long_rows_split_into_chunks_still_sum_in_vector_partials():
     assert "rfactor): ReduceSum_2_partial" in text, text[:2000]
     assert re.search(r"vector: \S+_partial_rf_update: innermost member split by 8 lanes", text), text[:3000]
     assert not check_program(g, prog)
+
+
+@pytest.mark.parametrize("shape,perm,dtype,how", [
+    ((16, 9, 512), (0, 2, 1), "float16", "read"),  # rows of 9 to write: vectors along the read rows
+    ((4, 3, 3, 256), (0, 3, 1, 2), "float16", "read"),
+    ((4, 64, 96), (0, 2, 1), "float32", "written"),  # long rows both ways: contiguous stores
+    ((6, 3, 3, 30), (0, 3, 1, 2), "float32", None),  # tiles of 30: no whole register, scalar
+])
+def test_transpose_tiles_are_vectorised(shape, perm, dtype, how):
+    b = GraphBuilder("transpose_vector")
+    x = b.input("x", shape, dtype)
+    b.output(b.transpose(x, perm))
+    g = b.build()
+    prog = akgpy.fuse(g, schedule="poly")
+    text = prog.explain()
+    assert "tiling:" in text
+    if how is None:
+        assert "T.vectorized" not in prog.kernels[0].tir and "tile member" not in text
+    else:
+        assert f"({how} with stride 1) innermost" in text, text[:3000]
+        assert "T.vectorized" in prog.kernels[0].tir
+    assert not check_program(g, prog)

@@ -29,6 +29,7 @@ check_legal anyway (IllegalSchedule, never code). The notes say what each pass d
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import islpy as isl
@@ -446,6 +447,8 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
                   for n, v in exprs.items()}
         tco = [coincident[q] for q in rest] + [coincident[q] for q in K] * 2
         mark = _parallel_mark(model, stmts, texprs, tco, opts, notes, where)
+        if _vector_tile(stmts, texprs, tco, K, sizes, exts, opts, notes, where):
+            mark[len(tco) - 1] = VECTOR
         return _insert_band(leaf, ctx, stmts, texprs, tco, mark)
     all_pinned = all(len(pinned[s.name]) >= sum(e > 1 for e in extents(s)) for s in stmts)
     tail = None
@@ -465,6 +468,39 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
             exts, dims = extents(s), tail[s.name]
             coalesced[s.name] = Coalesced(last, tuple(dims), tuple(exts[d] for d in dims), lanes)
     return _insert_band(leaf, ctx, stmts, exprs, coincident, mark, isolate)
+
+
+def _vector_tile(stmts, texprs, tco, K, sizes, exts, opts, notes, where) -> bool:
+    """Vectorise a transpose tile's point loops. Along the written array's stride-1 member when
+    its tile holds a register (contiguous stores, gathered loads), else along the member a
+    big read walks with stride 1 (contiguous loads, scattered stores: [.., 9, 512] -> [.., 512, 9]
+    has rows of 9 to write). That member moves innermost among the point loops, which any
+    order of a permutable tile allows. True when done (the last member is the vector)."""
+    lanes = min(opts.lanes.get(s.name, 1) for s in stmts)
+    n, base = len(K), len(tco) - len(K)
+    if lanes < 4 or not all(tco[base:]):
+        return False
+
+    def fits(k) -> int:  # every tile, the last one too, a whole number of registers
+        L = _pow2_lanes(math.gcd(sizes[k], exts[k]), lanes)
+        return L if L >= max(4, lanes // 2) else 0
+
+    def walks(k, maps_of_s) -> bool:
+        return all(any(_stride1_dim(m) == s.dims.index(texprs[s.name][base + k]) for m in maps_of_s(s))
+                   for s in stmts)
+    k, L, how = n - 1, fits(n - 1), "written"
+    if not (L and walks(k, lambda s: maps_of(s.writes))):
+        reads = [j for j in range(n - 1) if fits(j) and walks(j, _big_accesses)]
+        if not reads:
+            return False
+        k, L, how = reads[0], fits(reads[0]), "read"
+    order = [j for j in range(n) if j != k] + [k]
+    for s in stmts:
+        pts = [texprs[s.name][base + j] for j in order]
+        texprs[s.name][base:] = pts[:-1] + [f"floor(({pts[-1]}) / {L})", f"({pts[-1]}) mod {L}"]
+    tco[base:] = [True] * (n + 1)
+    notes.append(f"vector: {where}: tile member {K[k]} ({how} with stride 1) innermost, split by {L} lanes")
+    return True
 
 
 def _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where):

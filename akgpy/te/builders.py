@@ -36,11 +36,15 @@ def elementwise(fn: Callable) -> Callable:
 
 
 def math(vector_fn: Callable, libm_fn: Callable) -> Callable:
-    """An elementwise builder using `vector_fn` when the Lowerer asks for vector math, else libm."""
-    vec, lib = elementwise(vector_fn), elementwise(libm_fn)
+    """An elementwise builder using `vector_fn` (given the operand's value range, which lets it
+    skip special cases) when the Lowerer asks for vector math, else libm."""
+    lib = elementwise(libm_fn)
 
     def build(lw: Lowerer, op: Op, ins: list[Operand], out: Tensor):
-        return (vec if getattr(lw, "vector_math", True) else lib)(lw, op, ins, out)
+        if not getattr(lw, "vector_math", True):
+            return lib(lw, op, ins, out)
+        rng = lw.value_range(op.inputs[0])
+        return elementwise(lambda x: vector_fn(x, rng))(lw, op, ins, out)
     return build
 
 

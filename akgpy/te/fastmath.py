@@ -38,28 +38,41 @@ def _is_number(x):
     return tirx.abs(x) <= tirx.const(float("inf"), _dtype(x))
 
 
-def exp(x):
+# Without overflow handling n <= 127 must hold: x <= 88 leaves a margin to ln(FLT_MAX) = 88.72.
+EXP_NO_OVERFLOW = 88.0
+EXP_NO_CLAMP_LOW = -88.0
+
+
+def exp(x, rng=None):
+    """exp(x); `rng` (graph/ranges.Range of x's non-NaN values, or None) drops the overflow
+    and underflow handling it proves unneeded."""
     if _dtype(x) != F32:
         return te.exp(x)
-    return _let(x, _exp)
+    high = rng is None or rng.hi > EXP_NO_OVERFLOW
+    low = rng is None or rng.lo < EXP_NO_CLAMP_LOW
+    return _let(x, lambda x: _exp(x, high, low))
 
 
-def _exp(x):
-    xc = tirx.max(tirx.min(x, _c(88.72283935546875)), _c(-88.3762626647949))
+def _exp(x, high, low):
+    xc = tirx.min(x, _c(88.72283935546875)) if high else x
+    xc = tirx.max(xc, _c(-88.3762626647949)) if low else xc
     return _let(xc, lambda xc: _let(te.floor(xc * _c(1.44269504088896341) + _c(0.5)),
-                                    lambda n: _exp_reduced(x, xc, n)))
+                                    lambda n: _exp_reduced(x, xc, n, high)))
 
 
-def _exp_reduced(x, xc, n):
+def _exp_reduced(x, xc, n, high):
     r = xc - n * _c(0.693359375) - n * _c(-2.12194440e-4)  # ln 2 in two parts: r is exact
-    return _let(r, lambda r: _exp_poly(x, n, r))
+    return _let(r, lambda r: _exp_poly(x, n, r, high))
 
 
-def _exp_poly(x, n, r):
+def _exp_poly(x, n, r, high):
     y = _horner((1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
                  5.0000001201e-1), r)
     y = y * r * r + r + _c(1.0)
     ni = n.astype("int32")
+    if not high:
+        res = y * tirx.reinterpret(F32, tirx.shift_left(ni + tirx.const(127, "int32"), tirx.const(23, "int32")))
+        return tirx.Select(_is_number(x), res, x)
     # 2^n from the exponent bits; n = 128 (x just below ln(FLT_MAX)) is 2^127 * 2
     e = tirx.min(ni, tirx.const(127, "int32")) + tirx.const(127, "int32")
     two_n = tirx.reinterpret(F32, tirx.shift_left(e, tirx.const(23, "int32")))
@@ -73,10 +86,13 @@ _TANH_P = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5
 _TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
 
 
-def tanh(x):
+def tanh(x, rng=None):
+    """tanh(x); the clamp to [-9, 9] (where tanh is +-1 in float32) is dropped when `rng` proves
+    x inside it."""
     if _dtype(x) != F32:
         return te.tanh(x)
-    return _let(x, lambda x: _let(tirx.max(tirx.min(x, _c(9.0)), _c(-9.0)),
+    inside = rng is not None and rng.within(-9.0, 9.0)
+    return _let(x, lambda x: _let(x if inside else tirx.max(tirx.min(x, _c(9.0)), _c(-9.0)),
                                   lambda xc: _let(xc * xc, lambda x2: _tanh(x, xc, x2))))
 
 
@@ -97,38 +113,49 @@ _LOG_P = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 
           -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)
 
 
-def log(x):
+FLT_MIN_NORMAL = 1.17549435e-38
+FLT_MAX = 3.4028234663852886e38
+
+
+def log(x, rng=None):
+    """log(x); `rng` (as for exp) drops the zero, negative, subnormal and infinity handling when
+    it proves x a finite normal positive number."""
     if _dtype(x) != F32:
         return te.log(x)
-    return _let(x, _log)
+    normal = rng is not None and rng.lo >= FLT_MIN_NORMAL
+    finite = rng is not None and rng.hi <= FLT_MAX
+    return _let(x, lambda x: _log(x, normal, finite))
 
 
-def _log(x):
+def _log(x, normal, finite):
     i32 = "int32"
-    tiny = x < _c(1.17549435e-38)  # subnormal (or <= 0): scale into the normal range first
-    xs = tirx.Select(tiny, x * _c(8388608.0), x)
-    return _let(tirx.reinterpret(i32, xs), lambda bits: _log_bits(x, tiny, bits))
+    tiny = None if normal else x < _c(FLT_MIN_NORMAL)  # subnormal (or <= 0): scale into the normal range first
+    xs = x if normal else tirx.Select(tiny, x * _c(8388608.0), x)
+    return _let(tirx.reinterpret(i32, xs), lambda bits: _log_bits(x, tiny, bits, finite))
 
 
-def _log_bits(x, tiny, bits):
+def _log_bits(x, tiny, bits, finite):
     i32 = "int32"
     e = (tirx.shift_right(bits, tirx.const(23, i32)) & tirx.const(0xFF, i32)) - tirx.const(126, i32)
-    e = e - tirx.Select(tiny, tirx.const(23, i32), tirx.const(0, i32))
+    if tiny is not None:
+        e = e - tirx.Select(tiny, tirx.const(23, i32), tirx.const(0, i32))
     m = tirx.reinterpret(F32, (bits & tirx.const(-2139095041, i32)) | tirx.const(0x3F000000, i32))  # [0.5, 1)
     low = m < _c(0.707106781186547524)
     ef = (e - tirx.Select(low, tirx.const(1, i32), tirx.const(0, i32))).astype(F32)
     m = tirx.Select(low, m + m, m) - _c(1.0)
-    return _let(m, lambda m: _let(ef, lambda ef: _log_poly(x, m, ef)))
+    return _let(m, lambda m: _let(ef, lambda ef: _log_poly(x, m, ef, tiny is not None, finite)))
 
 
-def _log_poly(x, m, ef):
+def _log_poly(x, m, ef, special, finite):
     z = m * m
     y = _horner(_LOG_P, m)
     y = y * m * z + ef * _c(-2.12194440e-4) - _c(0.5) * z
     res = m + y + ef * _c(0.693359375)
-    res = tirx.Select(x == _c(0.0), _c(float("-inf")), res)
-    res = tirx.Select(x < _c(0.0), _c(float("nan")), res)
-    res = tirx.Select(x == _c(float("inf")), x, res)
+    if special:
+        res = tirx.Select(x == _c(0.0), _c(float("-inf")), res)
+        res = tirx.Select(x < _c(0.0), _c(float("nan")), res)
+    if not finite:
+        res = tirx.Select(x == _c(float("inf")), x, res)
     return tirx.Select(_is_number(x), res, x)
 
 

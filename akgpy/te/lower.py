@@ -20,6 +20,7 @@ from tvm import te, tirx
 
 from ..errors import CompileError, UnsupportedOpError
 from ..graph.ir import Graph, Op, Tensor
+from ..graph.ranges import value_ranges
 from ..ops.registry import uses_logical_broadcast
 from .index import operand_index
 
@@ -91,8 +92,15 @@ class Lowerer:
         self.placeholders: dict[str, Any] = {}
         self.roles: dict[str, str] = {}
         self.index = 0
+        self._ranges = None
 
     # -- helpers used by builders ------------------------------------------------------------
+    def value_range(self, name: str):
+        """graph/ranges.py's bound on tensor `name`'s values in this graph."""
+        if self._ranges is None:
+            self._ranges = value_ranges(self.g)
+        return self._ranges[name]
+
     def operand(self, name: str) -> Operand:
         if name in self.env:
             return self.env[name]

@@ -210,6 +210,8 @@ def test_config_changes_code_and_stays_correct(schedule, build):
 def test_config_rejects_nonsense():
     with pytest.raises(akgpy.errors.CompileError, match="tile_i"):
         akgpy.ScheduleConfig(tile_i=0)
+    with pytest.raises(akgpy.errors.CompileError, match="chain_registers"):
+        akgpy.ScheduleConfig(chain_registers=0)
 
 
 def test_fused_band_puts_the_stride1_member_innermost():
@@ -436,3 +438,26 @@ def test_transpose_tiles_are_vectorised(shape, perm, dtype, how):
         assert f"({how} with stride 1) innermost" in text, text[:3000]
         assert "T.vectorized" in prog.kernels[0].tir
     assert not check_program(g, prog)
+
+
+def _gelu_tanh(dtype):
+    b = GraphBuilder(f"gelu_{dtype}")
+    x = b.input("x", (32, 512), dtype)
+    inner = (x + x * x * x * 0.044715) * 0.7978845608
+    b.output(x * (b.tanh(inner) + 1.0) * 0.5)
+    return b.build()
+
+
+def test_float16_rounding_chains_get_wider_vectors():
+    """Every float16 op rounds (a conversion pair with long latency): an elementwise statement
+    with many of them runs 4 registers per vector op, so more independent lanes are in flight;
+    the knob turns it off, and float32 math (no roundings) keeps one register."""
+    g = _gelu_tanh("float16")
+    wide = akgpy.fuse(g, schedule="poly")
+    assert "split by 128 lanes (4 registers per op" in wide.explain()
+    assert "T.vectorized(128)" in wide.kernels[0].tir
+    assert not check_program(g, wide)
+    narrow = akgpy.fuse(g, schedule="poly", config=akgpy.ScheduleConfig(chain_registers=1))
+    assert "registers per op" not in narrow.explain() and "T.vectorized(32)" in narrow.kernels[0].tir
+    assert not check_program(g, narrow)
+    assert "registers per op" not in akgpy.fuse(_gelu_tanh("float32"), schedule="poly").explain()

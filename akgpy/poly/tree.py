@@ -46,6 +46,7 @@ PARALLEL, VECTOR = "parallel", "vector"
 @dataclass(frozen=True)
 class TreeOptions:
     lanes: dict[str, int] = field(default_factory=dict)  # statement -> vector lanes (1: no vector)
+    registers: dict[str, int] = field(default_factory=dict)  # statement -> vector registers per op (default 1)
     tile: tuple[int, ...] = ()  # explicit tile sizes for fused bands; () = cache model
     l1_bytes: int = 32 * 1024
     elem_bytes: int = 4
@@ -266,6 +267,13 @@ def _vector_split(model, opts, stmts, exprs, coincident, q, notes, where, isolat
     if L < 4:
         notes.append(f"vector: {where}: extent {ext} has no divisor in [4, {lanes}]; scalar")
         return False
+    # one chain widens the loop it shares with cheap elementwise statements, not a reduction's
+    regs = max(opts.registers.get(s.name, 1) for s in stmts) if all(s.kind == "compute" for s in stmts) else 1
+    while regs > 1 and (rest or isolate is None or ext % (L * regs)):
+        regs //= 2
+    if regs > 1:
+        L *= regs
+        rest = f" ({regs} registers per op: a latency-bound chain of float16 roundings)"
     for s in stmts:
         e = exprs[s.name][q]
         exprs[s.name][q:q + 1] = [f"floor(({e}) / {L})", f"({e}) mod {L}"]

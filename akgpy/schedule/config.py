@@ -28,9 +28,13 @@ class ScheduleConfig:
     fusion_depth: int = 8  # most isl band members kept as loops shared by fused statements; 0 = none
     input_fusion: bool = True  # isl's proximity includes two statements reading one input element
     isl_timeout_s: float = 5.0  # wall-clock bound on isl's scheduler, then the plain schedule runs
+    # vector registers per op for an elementwise statement that rounds to float16 after many ops:
+    # each rounding is a conversion pair with long latency, so more independent lanes in flight
+    chain_registers: int = 4
 
     def __post_init__(self):
-        for f in ("vector_bytes", "tile_i", "tile_j_vectors", "min_parallel", "l1_bytes", "min_parallel_work"):
+        for f in ("vector_bytes", "tile_i", "tile_j_vectors", "min_parallel", "l1_bytes", "min_parallel_work",
+                  "chain_registers"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise CompileError(f"ScheduleConfig.{f} must be a positive int, got {v!r}")

@@ -265,8 +265,10 @@ def test_short_trailing_dims_are_coalesced_into_one_vector_loop():
 def test_transpose_producer_computes_in_its_own_order():
     """out = transpose(f(a, b)) with the innermost dim moved: inlined, f would run in the
     transposed order (scalar, every operand gathered). The producer stays a statement, the
-    band ends where the two statements' stride-1 dims clash, and each inner loop is a vector
-    loop along its own contiguous dim; the intermediate shrinks to one slab."""
+    band ends where the two statements' stride-1 dims clash; the producer is a vector loop along
+    its contiguous dim, the transpose reads the intermediate in register tiles, and the
+    intermediate still shrinks to one slab."""
+    from tvm import s_tir
     b = GraphBuilder("transpose_math")
     x = b.input("x", (4, 64, 8, 48), "float16")
     y = b.input("y", (4, 64, 8, 48), "float16")
@@ -277,7 +279,12 @@ def test_transpose_producer_computes_in_its_own_order():
     assert "are stride-1 dims of different statements" in text, text[:3000]
     tir = prog.kernels[0].tir
     blocks = lambda t: len(re.findall(r'T\.sblock\("(?!root)', t))  # noqa: E731
-    assert tir.count("T.vectorized") == 2 and blocks(tir) == 2, tir
+    assert tir.count("T.vectorized") == 1 and blocks(tir) == 1 and "T.Shuffle" in tir, tir
+    mod = prog.kernels[0]._mod
+    for p in (s_tir.transform.PlanAndUpdateBufferAllocationLocation(), s_tir.transform.ConvertBlocksToOpaque(),
+              s_tir.transform.CompactBufferAllocation()):
+        mod = p(mod)
+    assert re.findall(r"T.sblock_alloc_buffer\(\(([^)]*)\)", mod.script()) == ["1, 64, 1, 48"]
     assert not check_program(g, prog)
     # a transpose that keeps the innermost dim inlines its producer as before
     b = GraphBuilder("transpose_keep_last")
@@ -418,20 +425,59 @@ def test_long_rows_split_into_chunks_still_sum_in_vector_partials():
     assert not check_program(g, prog)
 
 
-@pytest.mark.parametrize("shape,perm,dtype,how", [
-    ((16, 9, 512), (0, 2, 1), "float16", "read"),  # rows of 9 to write: vectors along the read rows
-    ((4, 3, 3, 256), (0, 3, 1, 2), "float16", "read"),
-    ((4, 64, 96), (0, 2, 1), "float32", "written"),  # long rows both ways: contiguous stores
-    ((6, 3, 3, 30), (0, 3, 1, 2), "float32", None),  # tiles of 30: no whole register, scalar
+@pytest.mark.parametrize("shape,perm,dtype,cast,tile", [
+    ((16, 9, 512), (0, 2, 1), "float16", None, "32 x 9"),  # rows of 9: each tile's output is one block
+    ((4, 3, 3, 256), (0, 3, 1, 2), "float16", None, "32 x 9"),  # yolo's [.., 3, 3, 512] pattern
+    ((4, 64, 96), (0, 2, 1), "float32", None, "16 x 16"),  # long rows both ways: 16 stores of 16 lanes
+    ((6, 3, 3, 30), (0, 3, 1, 2), "float32", None, "30 x 3"),  # 30: no power-of-two part, 2 registers a row
+    ((2, 3, 64, 64), (0, 2, 3, 1), "float32", "float16", "32 x 3"),  # vgg: cast + NCHW -> NHWC
+    ((4, 64, 96, 1), (0, 2, 1, 3), "float32", None, "16 x 16"),  # a trailing unit dim
 ])
-def test_transpose_tiles_are_vectorised(shape, perm, dtype, how):
+def test_transposes_run_in_registers(shape, perm, dtype, cast, tile):
+    """A transposing copy is tiled W (read along its rows) x R (written rows) and each tile is
+    transposed in registers: R vector loads, shuffles, vector stores (schedule/transpose.py)."""
+    b = GraphBuilder("transpose_registers")
+    x = b.input("x", shape, dtype)
+    b.output(b.transpose(b.cast(x, cast) if cast else x, perm))
+    g = b.build()
+    prog = akgpy.fuse(g, schedule="poly")
+    text = prog.explain()
+    assert f"each tile ({tile}) is transposed in registers" in text, text[:3000]
+    assert "codegen:" not in text and "T.Shuffle" in prog.kernels[0].tir
+    assert not check_program(g, prog)
+
+
+def test_transpose_of_a_computed_value_reads_the_intermediate_in_registers():
+    """yolo's `(x >= y) * x * 0.1` then NCHW -> NHWC: the producer runs in its own order into an
+    intermediate, the transpose statement reads that intermediate tile by tile in registers."""
+    b = GraphBuilder("transpose_math_registers")
+    x, y = b.input("x", (2, 64, 13, 26), "float16"), b.input("y", (2, 64, 13, 26), "float16")
+    m = (x >= y).astype("float16") * x
+    b.output(x - m)
+    b.output(b.transpose(m * 0.1, (0, 2, 3, 1)))
+    g = b.build()
+    prog = akgpy.fuse(g, schedule="poly")
+    text = prog.explain()
+    assert "transposed in registers" in text and "codegen:" not in text, text[:3000]
+    assert not check_program(g, prog)
+
+
+@pytest.mark.parametrize("shape,perm,dtype,tile,how", [
+    ((16, 9, 512), (0, 2, 1), "float16", (32, 9), "read"),  # rows of 9 to write: vectors along the read
+    ((4, 64, 96), (0, 2, 1), "float32", (16, 16), "written"),  # contiguous stores, gathered loads
+    ((6, 3, 3, 30), (0, 3, 1, 2), "float32", (30, 3), None),  # tiles of 30: no whole register, scalar
+])
+def test_config_tiled_transposes_vectorise_their_tiles(shape, perm, dtype, tile, how):
+    """With tiles from the config (a tuner's choice) the register transpose steps aside; the
+    tile's point loops are vectorised along the written rows, or along the read rows when the
+    written ones are short."""
     b = GraphBuilder("transpose_vector")
     x = b.input("x", shape, dtype)
     b.output(b.transpose(x, perm))
     g = b.build()
-    prog = akgpy.fuse(g, schedule="poly")
+    prog = akgpy.fuse(g, schedule="poly", config=akgpy.ScheduleConfig(tile=tile))
     text = prog.explain()
-    assert "tiling:" in text
+    assert "tiling:" in text and "in registers" not in text
     if how is None:
         assert "T.vectorized" not in prog.kernels[0].tir and "tile member" not in text
     else:

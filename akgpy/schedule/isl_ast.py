@@ -22,7 +22,8 @@ from tvm.sym import Analyzer
 from ..errors import CompileError
 from ..poly.isl_util import affine
 from ..poly.model import PolyModel
-from ..poly.tree import PARALLEL, VECTOR
+from ..poly.tree import PARALLEL, TRANSPOSE, VECTOR
+from .transpose import register_transpose
 
 _N, _E, _O = isl.ast_node_type, isl.ast_expr_type, isl.ast_expr_op_type
 
@@ -33,8 +34,9 @@ def build_ast(schedule: isl.Schedule) -> isl.AstNode:
 
 
 def realize(func, model: PolyModel, schedule: isl.Schedule,
-            coalesced: dict | None = None) -> tuple[tirx.PrimFunc, str]:
-    """(the PrimFunc whose body is the isl AST of `schedule`, the AST as C text for explain).
+            coalesced: dict | None = None) -> tuple[tirx.PrimFunc, str, list[str]]:
+    """(the PrimFunc whose body is the isl AST of `schedule`, the AST as C text for explain, notes
+    on where code generation departed from the tree's plan).
     `coalesced`: tree.Coalesced records; those statements get their coalesced dims from the
     loop iterators (isl names the iterator of schedule depth d `c<d>`)."""
     ast = build_ast(schedule)
@@ -44,7 +46,7 @@ def realize(func, model: PolyModel, schedule: isl.Schedule,
         body = tirx.SeqStmt([tirx.DeclBuffer(v, data=src.data) for v, src in gen.views.values()] + [body])
     root = gen.root
     new_root = s_tir.SBlock([], [], [], "root", body, None, list(root.alloc_buffers), list(root.match_buffers))
-    return func.with_body(s_tir.SBlockRealize([], True, new_root)), ast.to_C_str()
+    return func.with_body(s_tir.SBlockRealize([], True, new_root)), ast.to_C_str(), gen.notes
 
 
 class _Gen:
@@ -66,6 +68,7 @@ class _Gen:
         self.params = list(func.params)
         self.views: dict[tuple[str, int], tuple] = {}  # (param, position) -> (view, param)
         self.flat: dict = {}  # statement -> its block with kernel arguments read through views
+        self.notes: list[str] = []  # what code generation did differently from what the tree said
 
     # -- statements ---------------------------------------------------------------------------
     def node(self, nd):
@@ -82,6 +85,14 @@ class _Gen:
             return tirx.IfThenElse(self.expr(nd.if_get_cond()), then, other)
         if t == _N.mark:
             name = nd.mark_get_id().get_name()
+            if name == TRANSPOSE:
+                loops = self.node(nd.mark_get_node())
+                got = register_transpose(loops, lambda buf: self.view(buf, 0, prod(buf.ty.shape)), self.params,
+                                         self.analyzer)
+                if got is None:  # the tree promised this shape: say so, keep the (correct) loops
+                    self.notes.append("transpose: a tile's point loops are not a transposing copy; "
+                                      "generated as loops")
+                return got or loops
             kind = {PARALLEL: tirx.ForKind.PARALLEL, VECTOR: tirx.ForKind.VECTORIZED}.get(name)
             outer, self.kind = self.kind, (kind, None) if kind is not None else None
             try:

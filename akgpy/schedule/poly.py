@@ -91,7 +91,7 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
         except Exception as e:  # keep the vector-math function: correct, maybe slower
             math_note += f" (libm check failed: {type(e).__name__}: {e})"
     try:  # `final` is checked: by shape(), or (isl's own tree) by compute_schedule_bounded
-        new_func, ast_text = realize(func, model, final, coalesced)
+        new_func, ast_text, codegen_notes = realize(func, model, final, coalesced)
     except Exception as e:
         return fallback(f"code generation from the isl AST failed: {type(e).__name__}: {e}")
     t2 = time.perf_counter()
@@ -102,7 +102,7 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
                + (", ".join(inlined) or "none"),
                "row reductions split into vector partial sums (rfactor): " + (", ".join(rfactored) or "none"),
                math_note,
-               "== decisions (" + passes + ")", *notes,
+               "== decisions (" + passes + ")", *notes, *(f"codegen: {n}" for n in codegen_notes),
                describe(model, deps, tree).replace("== schedule tree", "== isl schedule tree (before passes)"),
                "== schedule tree (after passes)", *tree_lines(final.get_root()),
                "== isl AST", ast_text.rstrip()]

@@ -449,7 +449,8 @@ def test_transposes_run_in_registers(shape, perm, dtype, cast, tile):
 
 def test_transpose_of_a_computed_value_reads_the_intermediate_in_registers():
     """yolo's `(x >= y) * x * 0.1` then NCHW -> NHWC: the producer runs in its own order into an
-    intermediate, the transpose statement reads that intermediate tile by tile in registers."""
+    intermediate, the transpose statement reads that intermediate tile by tile in registers,
+    and the other output, computed in the same loops as the producer, shares its loop nest."""
     b = GraphBuilder("transpose_math_registers")
     x, y = b.input("x", (2, 64, 13, 26), "float16"), b.input("y", (2, 64, 13, 26), "float16")
     m = (x >= y).astype("float16") * x
@@ -459,6 +460,7 @@ def test_transpose_of_a_computed_value_reads_the_intermediate_in_registers():
     prog = akgpy.fuse(g, schedule="poly")
     text = prog.explain()
     assert "transposed in registers" in text and "codegen:" not in text, text[:3000]
+    assert re.search(r"S_\w+ runs in the loops of S_\w+", text), text[:3000]
     assert not check_program(g, prog)
 
 

@@ -431,16 +431,48 @@ def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced):
         if inner[0][1] is not None:
             leaf = _insert_band(leaf, ctx, stmts, *inner[0][1])
         return leaf
-    flist = isl.UnionSetList.alloc(ctx, len(stmts))
-    for s in stmts:
-        flist = flist.add(isl.UnionSet.from_set(s.domain))
+    groups = _sibling_groups(inner, pinned, notes, where)
+    flist = isl.UnionSetList.alloc(ctx, len(groups))
+    for group, _ in groups:
+        dom = isl.UnionSet.from_set(group[0].domain)
+        for s in group[1:]:
+            dom = dom.union(isl.UnionSet.from_set(s.domain))
+        flist = flist.add(dom)
     seq = leaf.insert_sequence(flist)
-    for c, (s, spec) in enumerate(inner):
+    for c, (group, spec) in enumerate(groups):
         node = seq.child(c).child(0)
         if spec is not None:
-            node = _insert_band(node, ctx, [s], *spec)
+            exprs, *rest = spec
+            node = _insert_band(node, ctx, group, {s.name: exprs[group[0].name] for s in group}, *rest)
         seq = _up_to_depth(node, seq.get_tree_depth())
     return seq
+
+
+def _sibling_groups(inner, pinned, notes, where):
+    """Consecutive statements below a fusion cut whose own bands are the same loops (same
+    member expressions over the same extents, same marks) and that share no array they write
+    run in one loop nest: yolo's two elementwise outputs beside a transpose read their three
+    inputs once instead of twice. [(statements, spec)]."""
+    groups: list = []
+    for s, spec in inner:
+        if groups and spec is not None and groups[-1][1] is not None:
+            g, gspec = groups[-1]
+            first = g[0]
+            same = (gspec[0][first.name] == spec[0][s.name] and gspec[1:] == spec[1:]
+                    and extents(first) == extents(s) and pinned[first.name] == pinned[s.name]
+                    and TRANSPOSE not in spec[2].values())
+            if same and all(not (_arrays(t.writes) & (_arrays(s.reads) | _arrays(s.writes)))
+                            and not (_arrays(s.writes) & _arrays(t.reads)) for t in g):
+                g.append(s)
+                notes.append(f"fusion: {where}: {s.name} runs in the loops of {first.name} (the same loops, "
+                             "no array in common that either writes)")
+                continue
+        groups.append(([s], spec))
+    return groups
+
+
+def _arrays(um: isl.UnionMap) -> set[str]:
+    return {m.get_tuple_name(isl.dim_type.out) for m in maps_of(um)}
 
 
 def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tiles, where, coalesced):

@@ -432,6 +432,7 @@ def test_long_rows_split_into_chunks_still_sum_in_vector_partials():
     ((6, 3, 3, 30), (0, 3, 1, 2), "float32", None, "30 x 3"),  # 30: no power-of-two part, 2 registers a row
     ((2, 3, 64, 64), (0, 2, 3, 1), "float32", "float16", "32 x 3"),  # vgg: cast + NCHW -> NHWC
     ((4, 64, 96, 1), (0, 2, 1, 3), "float32", None, "16 x 16"),  # a trailing unit dim
+    ((2, 3, 85, 26, 26), (0, 3, 4, 1, 2), "float16", None, "26 x 5"),  # 85 rows: 5, and not 3 of them
 ])
 def test_transposes_run_in_registers(shape, perm, dtype, cast, tile):
     """A transposing copy is tiled W (read along its rows) x R (written rows) and each tile is
@@ -444,6 +445,20 @@ def test_transposes_run_in_registers(shape, perm, dtype, cast, tile):
     text = prog.explain()
     assert f"each tile ({tile}) is transposed in registers" in text, text[:3000]
     assert "codegen:" not in text and "T.Shuffle" in prog.kernels[0].tir
+    assert not check_program(g, prog)
+
+
+def test_only_copies_transpose_in_registers():
+    """A broadcast-and-divide written in transposed order is math, not a copy: it keeps its
+    vector loops (the register transpose moves loads, it computes nothing)."""
+    b = GraphBuilder("broadcast_divide_transpose")
+    x = b.input("x", (4, 256), "float16")
+    y = b.broadcast_to(b.reshape(x, (4, 256, 1, 1)), (4, 256, 7, 7)) / 49.0
+    b.output(b.transpose(y, (0, 2, 3, 1)))
+    g = b.build()
+    prog = akgpy.fuse(g, schedule="poly")
+    text = prog.explain()
+    assert "codegen:" not in text and "T.vectorized" in prog.kernels[0].tir
     assert not check_program(g, prog)
 
 

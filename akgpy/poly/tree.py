@@ -29,15 +29,16 @@ check_legal anyway (IllegalSchedule, never code). The notes say what each pass d
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import islpy as isl
 
 from .checks import check_legal
 from .deps import Deps
+from .access import big_accesses, extents, pow2_lanes, single_dim, stride1_dim, stride1_dims
 from .isl_util import maps_of, sets_of
 from .model import PolyModel, Statement
+from .tiles import cache_tile, register_transpose_tile, vector_tile
 
 _T = isl.schedule_node_type
 PARALLEL, VECTOR, TRANSPOSE = "parallel", "vector", "transpose"
@@ -47,6 +48,7 @@ PARALLEL, VECTOR, TRANSPOSE = "parallel", "vector", "transpose"
 class TreeOptions:
     lanes: dict[str, int] = field(default_factory=dict)  # statement -> vector lanes (1: no vector)
     registers: dict[str, int] = field(default_factory=dict)  # statement -> vector registers per op (default 1)
+    copies: frozenset = frozenset()  # statements whose value is one load (maybe cast): they may transpose in registers
     tile: tuple[int, ...] = ()  # explicit tile sizes for fused bands; () = cache model
     l1_bytes: int = 32 * 1024
     elem_bytes: int = 4
@@ -79,32 +81,12 @@ class Coalesced:
 
 # -- reading isl's answer ----------------------------------------------------------------------
 
-def _single_dim(pa: isl.PwAff) -> tuple[int, int] | None:
-    """(dim index, constant) when `pa` is exactly dim + constant on its whole domain."""
-    pieces = []
-    pa.foreach_piece(lambda _s, aff: pieces.append(aff))
-    if len(pieces) != 1:
-        return None
-    aff = pieces[0]
-    if aff.dim(isl.dim_type.div) != 0 or not aff.get_denominator_val().is_one():
-        return None
-    hit = None
-    for q in range(aff.dim(isl.dim_type.in_)):
-        c = aff.get_coefficient_val(isl.dim_type.in_, q).to_python()
-        if c == 0:
-            continue
-        if c != 1 or hit is not None:
-            return None
-        hit = q
-    return None if hit is None else (hit, int(aff.get_constant_val().to_python()))
-
-
 def _member_dims(upa: isl.UnionPwAff) -> dict[str, tuple[int, int] | None]:
     out = {}
     lst = upa.get_pw_aff_list()
     for q in range(lst.n_pw_aff()):
         pa = lst.get_at(q)
-        out[pa.get_domain_space().get_tuple_name(isl.dim_type.set)] = _single_dim(pa)
+        out[pa.get_domain_space().get_tuple_name(isl.dim_type.set)] = single_dim(pa)
     return out
 
 
@@ -123,58 +105,6 @@ def _top_groups(tree: isl.Schedule) -> list[tuple[isl.UnionSet, isl.ScheduleNode
     return [(node.get_domain(), None)]
 
 
-# -- statement facts ---------------------------------------------------------------------------
-
-def extents(s: Statement) -> list[int]:
-    """Extent of each dim of the statement's (box) domain."""
-    return [int(s.domain.dim_max_val(q).to_python() - s.domain.dim_min_val(q).to_python() + 1)
-            for q in range(len(s.dims))]
-
-
-def _array_size(m: isl.Map) -> int:
-    r = m.range()
-    n = 1
-    for q in range(r.dim(isl.dim_type.set)):
-        n *= int(r.dim_max_val(q).to_python() - r.dim_min_val(q).to_python() + 1)
-    return n
-
-
-def _stride1_dim(m: isl.Map) -> int | None:
-    """The statement dim that moves the access's innermost non-unit index by 1 (8*ko + l: l),
-    if exactly one does."""
-    r = m.range()
-    n = r.dim(isl.dim_type.set)
-    pma = isl.PwMultiAff.from_map(m)
-    for q in reversed(range(n)):
-        if r.dim_max_val(q).to_python() != r.dim_min_val(q).to_python():
-            break
-    else:
-        return None
-    pieces = []
-    pma.get_pw_aff(q).foreach_piece(lambda _s, aff: pieces.append(aff))
-    if len(pieces) != 1 or pieces[0].dim(isl.dim_type.div) != 0 or not pieces[0].get_denominator_val().is_one():
-        return None
-    aff = pieces[0]
-    ones = [d for d in range(aff.dim(isl.dim_type.in_))
-            if aff.get_coefficient_val(isl.dim_type.in_, d).to_python() == 1]
-    return ones[0] if len(ones) == 1 else None
-
-
-def stride1_dims(s: Statement) -> tuple[int | None, set[int]]:
-    """(dim walking the statement's largest array with stride 1, the stride-1 dims of its writes)."""
-    best, size, writes = None, -1, set()
-    for m in maps_of(s.writes):
-        d = _stride1_dim(m)
-        if d is not None:
-            writes.add(d)
-    for m, is_write in [(m, True) for m in maps_of(s.writes)] + [(m, False) for m in maps_of(s.reads)]:
-        d = _stride1_dim(m)
-        n = _array_size(m) + (1 if is_write else 0)  # ties: the written array
-        if d is not None and n > size:
-            best, size = d, n
-    return best, writes
-
-
 def _coincident_dims(s: Statement) -> set[int]:
     """Dims along which the statement has no self dependence: every dim of a compute/init
     (each point writes its own element), the spatial dims of a reduction update."""
@@ -184,7 +114,7 @@ def _coincident_dims(s: Statement) -> set[int]:
     for m in maps_of(s.writes):
         pma = isl.PwMultiAff.from_map(m)
         for q in range(pma.dim(isl.dim_type.out)):
-            hit = _single_dim(pma.get_pw_aff(q))
+            hit = single_dim(pma.get_pw_aff(q))
             if hit is not None:
                 written.add(hit[0])
     return written
@@ -256,7 +186,7 @@ def _vector_split(model, opts, stmts, exprs, coincident, q, notes, where, isolat
     ext = _extent_of(model, stmts, exprs, q)
     # a power of two of at least half a register (LLVM splits 26 lanes into 16 + 8 + 2), else
     # a whole register with a remainder loop, else the largest divisor there is
-    L, rest = _pow2_lanes(ext, lanes), ""
+    L, rest = pow2_lanes(ext, lanes), ""
     if L < max(4, lanes // 2):
         if isolate is not None and lanes & (lanes - 1) == 0 and ext >= 2 * lanes:
             L = lanes
@@ -295,7 +225,7 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
         notes.append(f"order: {s.name}: {s.dims[best]} (stride 1 in its largest array) moved innermost")
     co_dims = _coincident_dims(s)
     exprs = {s.name: [s.dims[q] for q in dims]}
-    if len(dims) >= 2 and not opts.tile and (got := _register_transpose(
+    if len(dims) >= 2 and not opts.tile and (got := register_transpose_tile(
             model, [s], exprs, [q in co_dims for q in dims], opts, notes, s.name)) is not None:
         texprs, tco, sizes = got
         mark = {len(tco) - len(sizes): TRANSPOSE}
@@ -322,15 +252,6 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
             _extent_of(model, [s], exprs, 0) >= max(opts.min_parallel, 2) and _work([s]) >= opts.min_parallel_work:
         mark[0] = PARALLEL
     return exprs, coincident, mark, isolate
-
-
-def _cache_tile(opts: TreeOptions, n: int, exts: list[int]) -> tuple[int, ...]:
-    """Largest power-of-two tile, t in each of the n tiled members, whose footprint in the two
-    arrays a transpose touches fits half of L1."""
-    t = 4
-    while 2 * (2 * t) ** n * opts.elem_bytes <= opts.l1_bytes // 2:
-        t *= 2
-    return tuple(min(t, e) for e in exts[:n])
 
 
 def shape(model: PolyModel, deps: Deps, tree: isl.Schedule, opts: TreeOptions) -> Shaped:
@@ -479,7 +400,7 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
     ctx = model.ctx
     keep = len(coincident)
     transposed = keep >= 2 and len(_stride1_members(stmts, exprs)) > 1  # a big array read across
-    if transposed and not opts.tile and (got := _register_transpose(model, stmts, exprs, coincident, opts,
+    if transposed and not opts.tile and (got := register_transpose_tile(model, stmts, exprs, coincident, opts,
                                                                      notes, where)) is not None:
         texprs, tco, sizes = got
         tiles[where] = sizes
@@ -491,7 +412,7 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
         # transposed read's); the others stay whole loops outside the tiles
         K = _stride1_members(stmts, exprs) if transposed else list(range(keep))[-len(opts.tile):]
         exts = [_extent_of(model, stmts, exprs, q) for q in K]
-        model_sizes = _cache_tile(opts, len(K), exts)
+        model_sizes = cache_tile(opts, len(K), exts)
         sizes = tuple(min(t, e) for t, e in zip(tuple(opts.tile[:len(K)]) + model_sizes[len(opts.tile):], exts))
         why = "config" if opts.tile else "an array is read across its stride-1 dim; cache model (half of L1)"
         notes.append(f"tiling: {where}: members {K} of the fused band tiled {list(sizes)} ({why})")
@@ -502,7 +423,7 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
                   for n, v in exprs.items()}
         tco = [coincident[q] for q in rest] + [coincident[q] for q in K] * 2
         mark = _parallel_mark(model, stmts, texprs, tco, opts, notes, where)
-        if _vector_tile(stmts, texprs, tco, K, sizes, exts, opts, notes, where):
+        if vector_tile(stmts, texprs, tco, K, sizes, exts, opts, notes, where):
             mark[len(tco) - 1] = VECTOR
         return _insert_band(leaf, ctx, stmts, texprs, tco, mark)
     all_pinned = all(len(pinned[s.name]) >= sum(e > 1 for e in extents(s)) for s in stmts)
@@ -525,105 +446,6 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
     return _insert_band(leaf, ctx, stmts, exprs, coincident, mark, isolate)
 
 
-# vector registers the in-register transpose's input tile may fill (of 32 on AVX-512): a
-# [16, 256, 4096] float32 transpose ran 8.5 ms with 16, 14.6 ms with 32 (spills)
-TRANSPOSE_REGISTERS = 16
-
-
-def _register_transpose(model, stmts, exprs, coincident, opts, notes, where):
-    """A copy out[perm(i)] = in[i] (maybe cast) whose read and written stride-1 dims differ is
-    tiled so that code generation can transpose each tile in registers
-    (`schedule/transpose.py`): W elements along the read rows (one vector load each) by R rows,
-    the written dims after the read's stride-1 dim in the output (9 for
-    [.., 3, 3, 512] -> [.., 512, 3, 3], so every tile's output is one contiguous block). Every
-    tile full; the point loops run the rows, then the W elements. (texprs, coincident, tile
-    sizes) or None."""
-    if len(stmts) != 1:
-        return None
-    s = stmts[0]
-    reads, writes = maps_of(s.reads), maps_of(s.writes)
-    if s.kind != "compute" or len(reads) != 1 or len(writes) != 1 or not all(coincident):
-        return None
-    r, w = _stride1_dim(reads[0]), _stride1_dim(writes[0])
-    order = _write_order(writes[0])
-    names = exprs[s.name]
-    if r is None or w is None or r == w or order is None or s.dims[r] not in names:
-        return None
-    rows = [d for d in order[order.index(r) + 1:] if s.dims[d] in names]
-    ext = extents(s)
-    lanes = opts.lanes.get(s.name, 1)
-    W = _pow2_lanes(ext[r], lanes)
-    if W < max(4, lanes // 2):  # else whole rows up to two registers (52: LLVM splits 32 + 16 + 4)
-        W = max((d for d in range(max(4, lanes // 2), 2 * lanes + 1) if ext[r] % d == 0), default=0)
-    if not W or not rows:
-        return None
-    budget, R, sizes = TRANSPOSE_REGISTERS // -(-W // lanes), 1, {}
-    for d in reversed(rows):  # innermost written dim first
-        t = max((k for k in range(1, ext[d] + 1) if ext[d] % k == 0 and R * k <= budget), default=1)
-        sizes[d], R = t, R * t
-    if R < 2:
-        return None
-    K = [r] + [d for d in rows]
-    members = [names.index(s.dims[d]) for d in K]
-    rest = [q for q in range(len(names)) if q not in members]
-    size = {r: W, **sizes}
-    point = [d for d in rows] + [r]
-    texprs = {s.name: [names[q] for q in rest] + [f"floor(({s.dims[d]}) / {size[d]})" for d in K]
-              + [s.dims[d] for d in point]}
-    notes.append(f"transpose: {where}: {s.dims[r]} (read with stride 1) x {[s.dims[d] for d in rows]} "
-                 f"(written after it) tiled {[size[d] for d in K]}; each tile ({W} x {R}) is transposed "
-                 "in registers")
-    return texprs, [True] * len(texprs[s.name]), tuple(size[d] for d in point)
-
-
-def _write_order(m: isl.Map) -> list[int] | None:
-    """The statement dims in the order of the written array's indices (each index one dim)."""
-    pma = isl.PwMultiAff.from_map(m)
-    out = []
-    for q in range(pma.dim(isl.dim_type.out)):
-        pa = pma.get_pw_aff(q)
-        if pa.is_cst():  # a unit dim
-            continue
-        hit = _single_dim(pa)
-        if hit is None:
-            return None
-        out.append(hit[0])
-    return out
-
-
-def _vector_tile(stmts, texprs, tco, K, sizes, exts, opts, notes, where) -> bool:
-    """Vectorise a transpose tile's point loops. Along the written array's stride-1 member when
-    its tile holds a register (contiguous stores, gathered loads), else along the member a
-    big read walks with stride 1 (contiguous loads, scattered stores: [.., 9, 512] -> [.., 512, 9]
-    has rows of 9 to write). That member moves innermost among the point loops, which any
-    order of a permutable tile allows. True when done (the last member is the vector)."""
-    lanes = min(opts.lanes.get(s.name, 1) for s in stmts)
-    n, base = len(K), len(tco) - len(K)
-    if lanes < 4 or not all(tco[base:]):
-        return False
-
-    def fits(k) -> int:  # every tile, the last one too, a whole number of registers
-        L = _pow2_lanes(math.gcd(sizes[k], exts[k]), lanes)
-        return L if L >= max(4, lanes // 2) else 0
-
-    def walks(k, maps_of_s) -> bool:
-        return all(any(_stride1_dim(m) == s.dims.index(texprs[s.name][base + k]) for m in maps_of_s(s))
-                   for s in stmts)
-    k, L, how = n - 1, fits(n - 1), "written"
-    if not (L and walks(k, lambda s: maps_of(s.writes))):
-        reads = [j for j in range(n - 1) if fits(j) and walks(j, _big_accesses)]
-        if not reads:
-            return False
-        k, L, how = reads[0], fits(reads[0]), "read"
-    order = [j for j in range(n) if j != k] + [k]
-    for s in stmts:
-        pts = [texprs[s.name][base + j] for j in order]
-        texprs[s.name][base:] = pts[:-1] + [f"floor(({pts[-1]}) / {L})", f"({pts[-1]}) mod {L}"]
-    tco[base:] = [True] * (n + 1)
-    notes.append(f"vector: {where}: tile member {K[k]} ({how} with stride 1) innermost, split by {L} lanes")
-    return True
-
-
 def _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where):
     """Trailing members too short to vectorise (a [..., 3, 3] tail) become one linear member
     9*i2 + 3*i3 + i4 when they are every statement's trailing dims and its written array's
@@ -634,14 +456,14 @@ def _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where):
     if lanes < 4 or last < 1:
         return exprs, coincident, None
     ext = _extent_of(model, stmts, exprs, last)
-    if _pow2_lanes(ext, lanes) >= max(4, lanes // 2):  # already a good vector
+    if pow2_lanes(ext, lanes) >= max(4, lanes // 2):  # already a good vector
         return exprs, coincident, None
     q, total = last, ext
-    while q - 1 >= 1 and _pow2_lanes(total, lanes) < lanes and coincident[q - 1] and \
+    while q - 1 >= 1 and pow2_lanes(total, lanes) < lanes and coincident[q - 1] and \
             all(_contiguous_tail(s, exprs[s.name][q - 1:]) for s in stmts):
         q -= 1
         total *= _extent_of(model, stmts, exprs, q)
-    if q == last or _pow2_lanes(total, lanes) <= _pow2_lanes(ext, lanes):
+    if q == last or pow2_lanes(total, lanes) <= pow2_lanes(ext, lanes):
         return exprs, coincident, None
     new, dims = {}, {}
     for s in stmts:
@@ -657,14 +479,6 @@ def _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where):
     return new, coincident[:q] + [all(coincident[q:])], dims
 
 
-def _pow2_lanes(ext: int, lanes: int) -> int:
-    """The largest power of two <= lanes that divides ext."""
-    p = 1
-    while p * 2 <= lanes and ext % (p * 2) == 0:
-        p *= 2
-    return p
-
-
 def _contiguous_tail(s: Statement, dims: list[str]) -> bool:
     """Are `dims` the statement's trailing dims and its writes' trailing indices, in order?"""
     if s.dims[-len(dims):] != dims:
@@ -675,7 +489,7 @@ def _contiguous_tail(s: Statement, dims: list[str]) -> bool:
         if n < len(dims):
             return False
         for k, d in enumerate(dims):
-            hit = _single_dim(pma.get_pw_aff(n - len(dims) + k))
+            hit = single_dim(pma.get_pw_aff(n - len(dims) + k))
             if hit is None or hit != (s.dims.index(d), 0):
                 return False
     return True
@@ -704,21 +518,13 @@ def _stride1_last(stmts, exprs, coincident, pinned, notes, where):
     return ({n: [v[m] for m in order] for n, v in exprs.items()}, [coincident[m] for m in order])
 
 
-def _big_accesses(s: Statement) -> list[isl.Map]:
-    """Accesses to arrays at least half the size of the statement's largest: broadcast operands
-    are small and stay in cache whatever the loop order, so they never ask for tiling."""
-    maps = maps_of(s.writes) + maps_of(s.reads)
-    biggest = max((_array_size(m) for m in maps), default=0)
-    return [m for m in maps if 2 * _array_size(m) >= biggest]
-
-
 def _stride1_members(stmts, exprs) -> list[int]:
     """Fused members along which some big access walks with stride 1, plus the innermost."""
     out = {len(exprs[stmts[0].name]) - 1}
     for s in stmts:
         fused = [s.dims.index(e) for e in exprs[s.name]]
-        for m in _big_accesses(s):
-            d = _stride1_dim(m)
+        for m in big_accesses(s):
+            d = stride1_dim(m)
             if d is not None and d in fused and _used_after(m, fused[fused.index(d) + 1:]):
                 out.add(fused.index(d))
     return sorted(out)

@@ -26,7 +26,8 @@ from ..errors import AkgpyError
 from ..poly import IllegalSchedule, compute_schedule_bounded, dependences, describe, extract
 from ..poly.explain import tree_lines
 from ..poly.isl_util import maps_of, sets_of
-from ..poly.tree import VECTOR, TreeOptions, extents, shape
+from ..poly.access import extents
+from ..poly.tree import VECTOR, TreeOptions, shape
 from ..te import fastmath
 from ..te.lower import Lowered
 from .config import ScheduleConfig, default_config
@@ -206,6 +207,18 @@ def _roundings(block) -> int:
     return n[0]
 
 
+def _is_copy(block) -> bool:
+    """Does the block store one load of one buffer, maybe cast (what schedule/transpose.py can
+    move as whole vectors)?"""
+    store = block.body
+    if not isinstance(store, tirx.BufferStore):
+        return False
+    value = store.value
+    if isinstance(value, tirx.Cast):
+        value = value.value
+    return isinstance(value, ir.TensorLoad)
+
+
 def _tree_options(func, model, cfg: ScheduleConfig) -> TreeOptions:
     bits = {}
     allocs = [buf for b in _blocks(func).values() for buf in b.alloc_buffers]
@@ -219,7 +232,9 @@ def _tree_options(func, model, cfg: ScheduleConfig) -> TreeOptions:
     blocks = _blocks(func)
     registers = {s.name: cfg.chain_registers for s in model.statements
                  if s.kind == "compute" and s.block in blocks and _roundings(blocks[s.block]) >= CHAIN_ROUNDINGS}
-    return TreeOptions(lanes=lanes, registers=registers, tile=cfg.tile, l1_bytes=cfg.l1_bytes,
+    copies = frozenset(s.name for s in model.statements
+                       if s.kind == "compute" and s.block in blocks and _is_copy(blocks[s.block]))
+    return TreeOptions(lanes=lanes, registers=registers, copies=copies, tile=cfg.tile, l1_bytes=cfg.l1_bytes,
                        stride1_innermost=cfg.stride1_innermost, fusion_depth=cfg.fusion_depth, parallel=cfg.parallel,
                        min_parallel=cfg.min_parallel, min_parallel_work=cfg.min_parallel_work)
 

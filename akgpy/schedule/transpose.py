@@ -77,7 +77,7 @@ def register_transpose(nest, view, params, analyzer):
     src, dst = offset(value.source, value.indices), offset(store.buffer, store.indices)
     if src is None or dst is None:
         return None
-    (a_cs, a_base), (o_cs, o_base) = src, dst
+    (a_cs, _), (o_cs, o_base) = src, dst
     exts = [int(lp.extent.value) for lp in loops]
     W, row_exts = exts[-1], exts[:-1]
     R = math.prod(row_exts)
@@ -95,11 +95,12 @@ def register_transpose(nest, view, params, analyzer):
     if (cast or a_dtype) != o_dtype:
         return None
 
-    def at(idx, digits, lane):
-        """`idx` with the row loops at `digits` and the element loop at `lane`."""
-        m = dict(zip(ts[:-1], (tirx.IntImm(t.ty, d) for t, d in zip(ts, digits))))
-        m[ts[-1]] = lane
-        return [_substitute(_substitute(_substitute(i, sub), sub_t), m) for i in idx]
+    def at(idx, point: dict):
+        """`idx` at a point of the tile: {loop offset t: its value}."""
+        return [_substitute(_substitute(_substitute(i, sub), sub_t), point) for i in idx]
+
+    def const(t, v):
+        return tirx.IntImm(t.ty, v)
 
     def row_digits(k):
         digits = []
@@ -113,7 +114,8 @@ def register_transpose(nest, view, params, analyzer):
         return view(buf) if any(buf.same_as(p) for p in params) else None
     vs, binds = [], []
     for k in range(R):  # the source walks the element loop along its innermost non-unit dim
-        got = _vector_index(value.source, at(value.indices, row_digits(k), lane_var), lane_var, W, analyzer, param_view)
+        point = {**{t: const(t, d) for t, d in zip(ts, row_digits(k))}, ts[-1]: lane_var}
+        got = _vector_index(value.source, at(value.indices, point), lane_var, W, analyzer, param_view)
         if got is None:
             return None
         v = tirx.Var(f"tr{k}", f"{cast or a_dtype}x{W}")
@@ -130,12 +132,8 @@ def register_transpose(nest, view, params, analyzer):
         # W rows of R lanes, each along the output's innermost non-unit dim
         q = next(i for i, e in enumerate(row_exts) if e > 1)
         for j in range(W):
-            digits = [0] * len(row_exts)
-            m = dict(zip(ts[:-1], (tirx.IntImm(t.ty, d) for t, d in zip(ts, digits))))
-            m[ts[q]] = lane_var
-            m[ts[-1]] = tirx.IntImm(ts[-1].ty, j)
-            idx = [_substitute(_substitute(_substitute(i, sub), sub_t), m) for i in store.indices]
-            got = _vector_index(store.buffer, idx, lane_var, R, analyzer, param_view)
+            point = {**{t: const(t, 0) for t in ts[:-1]}, ts[q]: lane_var, ts[-1]: const(ts[-1], j)}
+            got = _vector_index(store.buffer, at(store.indices, point), lane_var, R, analyzer, param_view)
             if got is None:
                 return None
             stores.append(_store(*got[:1], vs, [k * W + j for k in range(R)], got[1]))

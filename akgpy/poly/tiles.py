@@ -1,0 +1,104 @@
+"""Tile shapes for transposes: the cache-model tile, the register-transpose tile, and the
+vector split of a tile's point loops. `tree.py` places them in the schedule tree."""
+from __future__ import annotations
+
+import math
+
+from .access import big_accesses, extents, pow2_lanes, stride1_dim, write_order
+from .isl_util import maps_of
+
+
+def cache_tile(opts, n: int, exts: list[int]) -> tuple[int, ...]:
+    """Largest power-of-two tile, t in each of the n tiled members, whose footprint in the two
+    arrays a transpose touches fits half of L1."""
+    t = 4
+    while 2 * (2 * t) ** n * opts.elem_bytes <= opts.l1_bytes // 2:
+        t *= 2
+    return tuple(min(t, e) for e in exts[:n])
+
+
+# vector registers the in-register transpose's input tile may fill (of 32 on AVX-512): a
+# [16, 256, 4096] float32 transpose ran 8.5 ms with 16, 14.6 ms with 32 (spills)
+TRANSPOSE_REGISTERS = 16
+
+
+def register_transpose_tile(model, stmts, exprs, coincident, opts, notes, where):
+    """A copy out[perm(i)] = in[i] (maybe cast) whose read and written stride-1 dims differ is
+    tiled so that code generation can transpose each tile in registers
+    (`schedule/transpose.py`): W elements along the read rows (one vector load each) by R rows,
+    the written dims after the read's stride-1 dim in the output (9 for
+    [.., 3, 3, 512] -> [.., 512, 3, 3], so every tile's output is one contiguous block). Every
+    tile full; the point loops run the rows, then the W elements. (texprs, coincident, tile
+    sizes) or None."""
+    if len(stmts) != 1:
+        return None
+    s = stmts[0]
+    reads, writes = maps_of(s.reads), maps_of(s.writes)
+    if s.name not in opts.copies or len(reads) != 1 or len(writes) != 1 or not all(coincident):
+        return None
+    r, w = stride1_dim(reads[0]), stride1_dim(writes[0])
+    order = write_order(writes[0])
+    names = exprs[s.name]
+    if r is None or w is None or r == w or order is None or s.dims[r] not in names:
+        return None
+    rows = [d for d in order[order.index(r) + 1:] if s.dims[d] in names]
+    ext = extents(s)
+    lanes = opts.lanes.get(s.name, 1)
+    W = pow2_lanes(ext[r], lanes)
+    if W < max(4, lanes // 2):  # else whole rows up to two registers (52: LLVM splits 32 + 16 + 4)
+        W = max((d for d in range(max(4, lanes // 2), 2 * lanes + 1) if ext[r] % d == 0), default=0)
+    if not W or not rows:
+        return None
+    budget, R, sizes = TRANSPOSE_REGISTERS // -(-W // lanes), 1, {}
+    for d in reversed(rows):  # innermost written dim first; past a partial one rows would not be contiguous
+        t = max((k for k in range(1, ext[d] + 1) if ext[d] % k == 0 and R * k <= budget), default=1)
+        sizes[d], R = t, R * t
+        if t < ext[d]:
+            break
+    sizes = {d: sizes.get(d, 1) for d in rows}
+    if R < 2:
+        return None
+    K = [r] + [d for d in rows]
+    members = [names.index(s.dims[d]) for d in K]
+    rest = [q for q in range(len(names)) if q not in members]
+    size = {r: W, **sizes}
+    point = [d for d in rows] + [r]
+    texprs = {s.name: [names[q] for q in rest] + [f"floor(({s.dims[d]}) / {size[d]})" for d in K]
+              + [s.dims[d] for d in point]}
+    notes.append(f"transpose: {where}: {s.dims[r]} (read with stride 1) x {[s.dims[d] for d in rows]} "
+                 f"(written after it) tiled {[size[d] for d in K]}; each tile ({W} x {R}) is transposed "
+                 "in registers")
+    return texprs, [True] * len(texprs[s.name]), tuple(size[d] for d in point)
+
+
+def vector_tile(stmts, texprs, tco, K, sizes, exts, opts, notes, where) -> bool:
+    """Vectorise a transpose tile's point loops. Along the written array's stride-1 member when
+    its tile holds a register (contiguous stores, gathered loads), else along the member a
+    big read walks with stride 1 (contiguous loads, scattered stores: [.., 9, 512] -> [.., 512, 9]
+    has rows of 9 to write). That member moves innermost among the point loops, which any
+    order of a permutable tile allows. True when done (the last member is the vector)."""
+    lanes = min(opts.lanes.get(s.name, 1) for s in stmts)
+    n, base = len(K), len(tco) - len(K)
+    if lanes < 4 or not all(tco[base:]):
+        return False
+
+    def fits(k) -> int:  # every tile, the last one too, a whole number of registers
+        L = pow2_lanes(math.gcd(sizes[k], exts[k]), lanes)
+        return L if L >= max(4, lanes // 2) else 0
+
+    def walks(k, maps_of_s) -> bool:
+        return all(any(stride1_dim(m) == s.dims.index(texprs[s.name][base + k]) for m in maps_of_s(s))
+                   for s in stmts)
+    k, L, how = n - 1, fits(n - 1), "written"
+    if not (L and walks(k, lambda s: maps_of(s.writes))):
+        reads = [j for j in range(n - 1) if fits(j) and walks(j, big_accesses)]
+        if not reads:
+            return False
+        k, L, how = reads[0], fits(reads[0]), "read"
+    order = [j for j in range(n) if j != k] + [k]
+    for s in stmts:
+        pts = [texprs[s.name][base + j] for j in order]
+        texprs[s.name][base:] = pts[:-1] + [f"floor(({pts[-1]}) / {L})", f"({pts[-1]}) mod {L}"]
+    tco[base:] = [True] * (n + 1)
+    notes.append(f"vector: {where}: tile member {K[k]} ({how} with stride 1) innermost, split by {L} lanes")
+    return True

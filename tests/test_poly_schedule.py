@@ -413,7 +413,8 @@ def test_statements_sharing_only_inputs_fuse():
 def test_long_rows_split_into_chunks_still_sum_in_vector_partials():
     """A row longer than one accumulation block (8192 > 2048) sums in chunks whose input index
     is chunk * 2048 + k; k still walks the input with stride 1, so the chunk's loop is split
-    into vector partial sums (it had stayed a scalar loop of libm exps: 6.9 -> 1.4 ms here)."""
+    into vector partial sums (it had stayed a scalar loop of libm exps: 6.9 -> 1.4 ms here),
+    16 of them since the summed value is vector math."""
     b = GraphBuilder("long_rows")
     x = b.input("x", (64, 8192))
     b.output(b.reduce_sum(b.exp(x * 0.01), axis=(1,)))
@@ -421,7 +422,7 @@ def test_long_rows_split_into_chunks_still_sum_in_vector_partials():
     prog = akgpy.fuse(g)
     text = prog.explain()
     assert "rfactor): ReduceSum_2_partial" in text, text[:2000]
-    assert re.search(r"vector: \S+_partial_rf_update: innermost member split by 8 lanes", text), text[:3000]
+    assert re.search(r"vector: \S+_partial_rf_update: innermost member split by 16 lanes", text), text[:3000]
     assert not check_program(g, prog)
 
 
@@ -524,3 +525,20 @@ def test_float16_rounding_chains_get_wider_vectors():
     assert "registers per op" not in narrow.explain() and "T.vectorized(32)" in narrow.kernels[0].tir
     assert not check_program(g, narrow)
     assert "registers per op" not in akgpy.fuse(_gelu_tanh("float32"), schedule="poly").explain()
+
+
+def test_sums_of_vector_math_keep_twice_the_float64_partials():
+    """A row sum of exp/log math accumulates 16 float64 partials (two registers), so the float32
+    math runs at full register width and two add chains are in flight; a plain cast-sum keeps
+    one register of 8."""
+    def row_sum(kind):
+        b = GraphBuilder(f"row_sum_{kind}")
+        x = b.input("x", (64, 1024), "float32" if kind == "math" else "float16")
+        y = b.log(b.exp(-b.abs(x)) + 1.0) if kind == "math" else b.cast(x, "float32")
+        b.output(y.sum(axis=1))
+        return b.build()
+    for kind, lanes in [("math", 16), ("cast", 8)]:
+        g = row_sum(kind)
+        prog = akgpy.fuse(g, schedule="poly")
+        assert re.search(rf"vector: S_\w+_rf_update: innermost member split by {lanes} lanes", prog.explain()), kind
+        assert not check_program(g, prog)

@@ -33,7 +33,7 @@ from ..te.lower import Lowered
 from .config import ScheduleConfig, default_config
 from .isl_ast import realize
 from .plain import inline_injective, plain_schedule, tvm_dtype_bits
-from .prepass import rfactor_rows
+from .prepass import rfactor_rows, wide_partials
 
 
 def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s: float | None = None,
@@ -225,11 +225,13 @@ def _tree_options(func, model, cfg: ScheduleConfig) -> TreeOptions:
     for buf in [p for p in func.params if hasattr(p, "dtype") and hasattr(p, "shape")] + allocs:
         bits[buf.name] = tvm_dtype_bits(buf.dtype)
     lanes = {}
+    blocks = _blocks(func)
     for s in model.statements:
         wide = max((bits.get(model.arrays.get(m.get_tuple_name(isl.dim_type.out), ""), 32)
                     for m in maps_of(s.writes)), default=32)
+        if s.kind == "update" and s.block.endswith("_rf") and s.block in blocks and wide_partials(blocks[s.block]):
+            wide //= 2  # the partials of vector math: as many lanes as their float32 source
         lanes[s.name] = max(cfg.vector_bytes * 8 // max(wide, 8), 1)
-    blocks = _blocks(func)
     registers = {s.name: cfg.chain_registers for s in model.statements
                  if s.kind == "compute" and s.block in blocks and _roundings(blocks[s.block]) >= CHAIN_ROUNDINGS}
     copies = frozenset(s.name for s in model.statements

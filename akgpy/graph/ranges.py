@@ -9,8 +9,9 @@ value needs no overflow handling. Those selects and clamps were a third of the l
 
 Bounds are computed in float64, then each op's result is widened outward by more than its
 rounding to the output dtype plus the error of akgpy's exp/log (a relative 1e-6 for float32,
-one ulp for float16, and the smallest subnormal, which a tiny value may round to 0 by); a
-widened bound is still a sound one. An op without a rule here gives its dtype's full range.
+one ulp for float16, and the smallest subnormal, which a tiny value may round to 0 by), and a
+bound past the dtype's largest finite value becomes infinite (exp(100) is inf in float32, and a
+log of it must keep its inf test); a widened bound is still a sound one. An op without a rule here gives its dtype's full range.
 """
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ def _widen(r: Range, dtype: str) -> Range:
     tiny = float(np.finfo(np.dtype(dtype)).smallest_subnormal) if dtype != "bfloat16" else 1e-40
     lo = r.lo - abs(r.lo) * rel - tiny if math.isfinite(r.lo) else r.lo
     hi = r.hi + abs(r.hi) * rel + tiny if math.isfinite(r.hi) else r.hi
-    return Range(lo, hi)
+    top = _finite_max(dtype)  # past the dtype's largest finite value it rounds to inf
+    return Range(-INF if lo < -top else lo, INF if hi > top else hi)
 
 
 def of_dtype(dtype: str) -> Range:

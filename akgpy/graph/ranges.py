@@ -174,9 +174,7 @@ def _rule(op: Op, ins: list[Range], out_dtype: str) -> Range:
             return Range(0.0, 1.0)
         if out_dtype.startswith(("int", "uint")):
             return of_dtype(out_dtype)
-        top = _finite_max(out_dtype)  # a value past the dtype's largest rounds to inf
-        r = ins[0]
-        return Range(-INF if r.lo < -top else r.lo, INF if r.hi > top else r.hi)
+        return ins[0]  # _widen sends a value past the dtype's largest to inf
     return of_dtype(out_dtype)
 
 
@@ -196,8 +194,8 @@ def value_ranges(g: Graph) -> dict[str, Range]:
             out[op.inputs[0]] = _union(ins[0], ins[1])
         for name in op.outputs:
             dtype = g.tensors[name].dtype
-            r = _rule(op, ins, dtype)
-            if not dtype.startswith("float") and not r.within(of_dtype(dtype).lo, of_dtype(dtype).hi):
-                r = of_dtype(dtype)  # integers wrap
+            r, full = _rule(op, ins, dtype), of_dtype(dtype)
+            if not dtype.startswith("float") and not r.within(full.lo, full.hi):
+                r = full  # integers wrap
             out[name] = _widen(r, dtype)
     return out

@@ -22,7 +22,7 @@ def cache_tile(opts, n: int, exts: list[int]) -> tuple[int, ...]:
 TRANSPOSE_REGISTERS = 16
 
 
-def register_transpose_tile(model, stmts, exprs, coincident, opts, notes, where):
+def register_transpose_tile(stmts, exprs, coincident, opts, notes, where):
     """A copy out[perm(i)] = in[i] (maybe cast) whose read and written stride-1 dims differ is
     tiled so that code generation can transpose each tile in registers
     (`schedule/transpose.py`): W elements along the read rows (one vector load each) by R rows,

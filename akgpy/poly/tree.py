@@ -225,19 +225,16 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
         notes.append(f"order: {s.name}: {s.dims[best]} (stride 1 in its largest array) moved innermost")
     co_dims = _coincident_dims(s)
     exprs = {s.name: [s.dims[q] for q in dims]}
-    if len(dims) >= 2 and not opts.tile and (got := register_transpose_tile(
-            model, [s], exprs, [q in co_dims for q in dims], opts, notes, s.name)) is not None:
-        texprs, tco, sizes = got
-        mark = {len(tco) - len(sizes): TRANSPOSE}
-        if opts.parallel and not pinned and len(tco) > len(sizes) and _work([s]) >= opts.min_parallel_work \
-                and _extent_of(model, [s], texprs, 0) >= max(opts.min_parallel, 2):
-            mark[0] = PARALLEL
-        return texprs, tco, mark, {}
     coincident = [q in co_dims for q in dims]
     mark, isolate = {}, {}
     last = len(dims) - 1
-    split = dims[last] in writes and _vector_split(model, opts, [s], exprs, coincident, last, notes, s.name,
-                                                   isolate)
+    got = register_transpose_tile([s], exprs, coincident, opts, notes, s.name) \
+        if len(dims) >= 2 and not opts.tile else None
+    if got is not None:
+        exprs, coincident, sizes = got
+        mark[len(coincident) - len(sizes)] = TRANSPOSE
+    split = got is None and dims[last] in writes and _vector_split(model, opts, [s], exprs, coincident, last,
+                                                                   notes, s.name, isolate)
     if split and not pinned and not coincident[0]:
         # a column reduction: the block of columns goes outermost, so blocks run in parallel
         # and each step of the reduction reads one contiguous vector per row
@@ -400,7 +397,7 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
     ctx = model.ctx
     keep = len(coincident)
     transposed = keep >= 2 and len(_stride1_members(stmts, exprs)) > 1  # a big array read across
-    if transposed and not opts.tile and (got := register_transpose_tile(model, stmts, exprs, coincident, opts,
+    if transposed and not opts.tile and (got := register_transpose_tile(stmts, exprs, coincident, opts,
                                                                      notes, where)) is not None:
         texprs, tco, sizes = got
         tiles[where] = sizes

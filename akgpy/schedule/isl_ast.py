@@ -87,8 +87,7 @@ class _Gen:
             name = nd.mark_get_id().get_name()
             if name == TRANSPOSE:
                 loops = self.node(nd.mark_get_node())
-                got = register_transpose(loops, lambda buf: self.view(buf, 0, prod(buf.ty.shape)), self.params,
-                                         self.analyzer)
+                got = register_transpose(loops, self.flat_view, self.analyzer)
                 if got is None:  # the tree promised this shape: say so, keep the (correct) loops
                     self.notes.append("transpose: a tile's point loops are not a transposing copy; "
                                       "generated as loops")
@@ -242,13 +241,20 @@ class _Gen:
             self.views[key] = (view, buf)
         return self.views[key][0]
 
+    def flat_view(self, buf):
+        """A 1-D view of kernel argument `buf`; None for an intermediate."""
+        return self.view(buf, 0, prod(buf.ty.shape)) if self.is_param(buf) else None
+
+    def is_param(self, buf) -> bool:
+        return any(buf.same_as(p) for p in self.params)
+
     def rewrite(self, block, access, extra_ivs=()):
         """`block` with each load/store of a kernel argument that `access(buffer, indices)` maps
         to (view, indices) rewritten and its regions updated; `block` itself when none was."""
         viewed: list = []
 
         def hit(buf, indices):
-            if not any(buf.same_as(p) for p in self.params):
+            if not self.is_param(buf):
                 return None
             got = access(buf, indices)
             if got is not None and not any(got[0].same_as(v) for v in viewed):

@@ -28,12 +28,12 @@ from ..poly.explain import tree_lines
 from ..poly.isl_util import maps_of, sets_of
 from ..poly.access import extents
 from ..poly.tree import VECTOR, TreeOptions, shape
-from ..te import fastmath
 from ..te.lower import Lowered
 from .config import ScheduleConfig, default_config
 from .isl_ast import realize
 from .plain import inline_injective, plain_schedule, tvm_dtype_bits
-from .prepass import rfactor_rows, wide_partials
+from .prepass import rfactor_rows, uses_vector_math, wide_partials
+from .transpose import copy_parts
 
 
 def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s: float | None = None,
@@ -170,13 +170,7 @@ def _scalar_math_statements(func, model, schedule: isl.Schedule) -> list[str] | 
     """Statements computing vector math (te/fastmath.py's lets) when none of them sits under a
     vector mark; None when there are none, or some are vectorised."""
     blocks = _blocks(func)
-    math = set()
-    for st in model.statements:
-        lets = []
-        if st.block in blocks:
-            structural_walk(blocks[st.block].body, [(tirx.Let, lambda n: lets.append(n.var.name))])
-        if fastmath.LET_NAME in lets:
-            math.add(st.name)
+    math = {st.name for st in model.statements if st.block in blocks and uses_vector_math(blocks[st.block])}
     if not math:
         return None
     vectorised: set[str] = set()
@@ -207,25 +201,13 @@ def _roundings(block) -> int:
     return n[0]
 
 
-def _is_copy(block) -> bool:
-    """Does the block store one load of one buffer, maybe cast (what schedule/transpose.py can
-    move as whole vectors)?"""
-    store = block.body
-    if not isinstance(store, tirx.BufferStore):
-        return False
-    value = store.value
-    if isinstance(value, tirx.Cast):
-        value = value.value
-    return isinstance(value, ir.TensorLoad)
-
-
 def _tree_options(func, model, cfg: ScheduleConfig) -> TreeOptions:
     bits = {}
-    allocs = [buf for b in _blocks(func).values() for buf in b.alloc_buffers]
+    blocks = _blocks(func)
+    allocs = [buf for b in blocks.values() for buf in b.alloc_buffers]
     for buf in [p for p in func.params if hasattr(p, "dtype") and hasattr(p, "shape")] + allocs:
         bits[buf.name] = tvm_dtype_bits(buf.dtype)
     lanes = {}
-    blocks = _blocks(func)
     for s in model.statements:
         wide = max((bits.get(model.arrays.get(m.get_tuple_name(isl.dim_type.out), ""), 32)
                     for m in maps_of(s.writes)), default=32)
@@ -235,7 +217,7 @@ def _tree_options(func, model, cfg: ScheduleConfig) -> TreeOptions:
     registers = {s.name: cfg.chain_registers for s in model.statements
                  if s.kind == "compute" and s.block in blocks and _roundings(blocks[s.block]) >= CHAIN_ROUNDINGS}
     copies = frozenset(s.name for s in model.statements
-                       if s.kind == "compute" and s.block in blocks and _is_copy(blocks[s.block]))
+                       if s.kind == "compute" and s.block in blocks and copy_parts(blocks[s.block]) is not None)
     return TreeOptions(lanes=lanes, registers=registers, copies=copies, tile=cfg.tile, l1_bytes=cfg.l1_bytes,
                        stride1_innermost=cfg.stride1_innermost, fusion_depth=cfg.fusion_depth, parallel=cfg.parallel,
                        min_parallel=cfg.min_parallel, min_parallel_work=cfg.min_parallel_work)

@@ -27,8 +27,11 @@ def wide_partials(block) -> bool:
         return False
     acc = block.writes[0].source
     src = [tvm_dtype_bits(r.source.dtype) for r in block.reads if not r.source.same_as(acc)]
-    if tvm_dtype_bits(acc.dtype) != 64 or not src or max(src) > 32:
-        return False
+    return tvm_dtype_bits(acc.dtype) == 64 and bool(src) and max(src) <= 32 and uses_vector_math(block)
+
+
+def uses_vector_math(block) -> bool:
+    """Does the block compute te/fastmath.py's exp/log/tanh (their lets name it)?"""
     lets: list[str] = []
     structural_walk(block.body, [(tirx.Let, lambda n: lets.append(n.var.name))])
     return fastmath.LET_NAME in lets

@@ -27,8 +27,7 @@ def _flat(buf, indices):
     """Row-major flat offset of `indices` into `buf`."""
     off, stride = 0, 1
     for i, n in zip(reversed(list(indices)), reversed(list(buf.ty.shape))):
-        off = off + i * stride if stride != 1 else off + i
-        stride = stride * n
+        off, stride = off + i * stride, stride * n
     return off
 
 
@@ -45,10 +44,22 @@ def _coeffs(expr, loop_vars):
     return cs, got[-1]
 
 
-def register_transpose(nest, view, params, analyzer):
+def copy_parts(block):
+    """(store, load, cast dtype or None) when the block stores one load, maybe cast: a copy,
+    what this module moves as whole vectors; else None."""
+    store = block.body
+    if not isinstance(store, tirx.BufferStore):
+        return None
+    value, cast = store.value, None
+    if isinstance(value, tirx.Cast):
+        value, cast = value.value, str(value.ty)
+    return (store, value, cast) if isinstance(value, ir.TensorLoad) else None
+
+
+def register_transpose(nest, flat_view, analyzer):
     """`nest` (row loops around one element loop around one block) as an in-register transpose,
-    or None when it is not that shape. `view(buf)` gives a flat view of a kernel argument (one of
-    `params`); intermediates are indexed as they are, so TVM can still compact them."""
+    or None when it is not that shape. `flat_view(buf)` is a 1-D view of a kernel argument, None
+    for an intermediate: those are indexed as they are, so TVM can still compact them."""
     loops, s = [], nest
     while isinstance(s, tirx.For):
         loops.append(s)
@@ -58,14 +69,9 @@ def register_transpose(nest, view, params, analyzer):
     if any(not isinstance(lp.extent, tirx.IntImm) for lp in loops):
         return None
     block = s.block
-    store = block.body
-    if not isinstance(store, tirx.BufferStore):
+    if (parts := copy_parts(block)) is None:
         return None
-    value, cast = store.value, None
-    if isinstance(value, tirx.Cast):
-        value, cast = value.value, str(value.ty)
-    if not isinstance(value, ir.TensorLoad):
-        return None
+    store, value, cast = parts
     sub = {iv.var: v for iv, v in zip(block.iter_vars, s.iter_values)}
     # point loop var v runs [min, min + extent): offsets in terms of t = v - min
     ts = [tirx.Var(f"t{k}", lp.loop_var.ty) for k, lp in enumerate(loops)]
@@ -109,13 +115,10 @@ def register_transpose(nest, view, params, analyzer):
             k //= e
         return digits[::-1]
     lane_var = tirx.Var("lane", ts[-1].ty)
-
-    def param_view(buf):
-        return view(buf) if any(buf.same_as(p) for p in params) else None
     vs, binds = [], []
     for k in range(R):  # the source walks the element loop along its innermost non-unit dim
         point = {**{t: const(t, d) for t, d in zip(ts, row_digits(k))}, ts[-1]: lane_var}
-        got = _vector_index(value.source, at(value.indices, point), lane_var, W, analyzer, param_view)
+        got = _vector_index(value.source, at(value.indices, point), lane_var, W, analyzer, flat_view)
         if got is None:
             return None
         v = tirx.Var(f"tr{k}", f"{cast or a_dtype}x{W}")
@@ -123,7 +126,7 @@ def register_transpose(nest, view, params, analyzer):
         binds.append(tirx.Bind(v, tirx.Cast(f"{cast}x{W}", load) if cast else load))
         vs.append(v)
     stores = []
-    if row_step == R and (flat := param_view(store.buffer)) is not None:
+    if row_step == R and (flat := flat_view(store.buffer)) is not None:
         # the tile's output is one block: R stores of W lanes through a flat view
         for c in range(R):
             lanes = [(t % R) * W + t // R for t in range(c * W, (c + 1) * W)]
@@ -133,7 +136,7 @@ def register_transpose(nest, view, params, analyzer):
         q = next(i for i, e in enumerate(row_exts) if e > 1)
         for j in range(W):
             point = {**{t: const(t, 0) for t in ts[:-1]}, ts[q]: lane_var, ts[-1]: const(ts[-1], j)}
-            got = _vector_index(store.buffer, at(store.indices, point), lane_var, R, analyzer, param_view)
+            got = _vector_index(store.buffer, at(store.indices, point), lane_var, R, analyzer, flat_view)
             if got is None:
                 return None
             stores.append(_store(*got[:1], vs, [k * W + j for k in range(R)], got[1]))

@@ -70,14 +70,12 @@ def _exp_poly(x, n, r, high):
                  5.0000001201e-1), r)
     y = y * r * r + r + _c(1.0)
     ni = n.astype("int32")
-    if not high:
-        res = y * tirx.reinterpret(F32, tirx.shift_left(ni + tirx.const(127, "int32"), tirx.const(23, "int32")))
-        return tirx.Select(_is_number(x), res, x)
     # 2^n from the exponent bits; n = 128 (x just below ln(FLT_MAX)) is 2^127 * 2
-    e = tirx.min(ni, tirx.const(127, "int32")) + tirx.const(127, "int32")
-    two_n = tirx.reinterpret(F32, tirx.shift_left(e, tirx.const(23, "int32")))
-    res = y * two_n * tirx.Select(ni > tirx.const(127, "int32"), _c(2.0), _c(1.0))
-    res = tirx.Select(x > _c(88.72283935546875), _c(float("inf")), res)
+    e = (tirx.min(ni, tirx.const(127, "int32")) if high else ni) + tirx.const(127, "int32")
+    res = y * tirx.reinterpret(F32, tirx.shift_left(e, tirx.const(23, "int32")))
+    if high:
+        res = res * tirx.Select(ni > tirx.const(127, "int32"), _c(2.0), _c(1.0))
+        res = tirx.Select(x > _c(88.72283935546875), _c(float("inf")), res)
     return tirx.Select(_is_number(x), res, x)  # NaN stays NaN
 
 

@@ -542,3 +542,20 @@ def test_sums_of_vector_math_keep_twice_the_float64_partials():
         prog = akgpy.fuse(g, schedule="poly")
         assert re.search(rf"vector: S_\w+_rf_update: innermost member split by {lanes} lanes", prog.explain()), kind
         assert not check_program(g, prog)
+
+
+@pytest.mark.parametrize("shape,unused", [((2, 2, 2), 0), ((2, 2, 3), 5)])
+def test_small_full_reductions_beside_coalesced_outputs(shape, unused):
+    """Found by the property test. A max over 2x2x2 to one value: coalescing its dependences
+    made isl's scheduler fail ("unable to carry dependences"). Beside five coalesced outputs, a
+    degenerate vector-split loop read the iterator c1 of an earlier, unrelated loop ("cannot
+    find variable c1" in LLVM): loop iterators are visible only inside their loops."""
+    b = GraphBuilder("small_full_reduction")
+    x = b.input("x0", shape)
+    for _ in range(unused):
+        b.output(-x)
+    b.output(b.reshape(x.max(axis=tuple(range(len(shape)))), (1,)))
+    g = b.build()
+    prog = akgpy.fuse(g, schedule="poly")
+    assert "schedule path: poly/isl-ast" in prog.explain()
+    assert not check_program(g, prog)

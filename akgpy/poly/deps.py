@@ -42,7 +42,10 @@ def dependences(model: PolyModel) -> Deps:
         return pairs.intersect(order_lt)
     waw = before(model.writes.apply_range(model.writes.reverse())).coalesce()
     war = before(model.reads.apply_range(model.writes.reverse())).coalesce()
-    validity = raw.union(war).union(waw).coalesce()
+    # not coalesced: over boxes of extent 2, coalescing a reduction's lexicographic self-order
+    # gives constraints that mix its dims (k2 <= 2 - k0 - k1) and isl's scheduler then cannot
+    # carry them ("unable to carry dependences" on a max over 2x2x2)
+    validity = raw.union(war).union(waw)
     rar = _input_reuse(model, raw, before)
     return Deps(raw=raw.coalesce(), war=war, waw=waw, live_in=flow.get_must_no_source(), validity=validity,
                 rar=rar)

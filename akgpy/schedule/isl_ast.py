@@ -108,7 +108,7 @@ class _Gen:
         if inc.get_type() != _E.int or inc.get_val().to_python() != 1:
             raise CompileError(f"isl AST loop {it} has a stride ({inc.to_C_str()}); not supported")
         var = tirx.Var(it, self.index)
-        self.vars[it] = var
+        shadowed = self.vars.get(it)
         lo = self.expr(nd.for_get_init())
         cond = nd.for_get_cond()
         op = cond.get_op_type() if cond.get_type() == _E.op else None
@@ -123,10 +123,15 @@ class _Gen:
         # one of the remainder's inner loops (its marked member has one iteration and no loop)
         mark, self.kind = self.kind, None
         kind = mark[0] if mark is not None and mark[1] in (None, it) else None
+        self.vars[it] = var  # only inside the loop: isl reuses c<d> in later loops, or elides them
         try:
             body = self.node(nd.for_get_body())
         finally:
             self.kind = (mark[0], mark[1] or it) if mark is not None else None
+            if shadowed is None:
+                del self.vars[it]
+            else:
+                self.vars[it] = shadowed
         extent = self.analyzer.simplify(extent)  # vector loops need a constant extent
         if kind == tirx.ForKind.VECTORIZED and not isinstance(extent, tirx.IntImm):
             kind = tirx.ForKind.SERIAL

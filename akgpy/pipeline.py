@@ -35,7 +35,9 @@ def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", c
     """`config`: an akgpy.ScheduleConfig (schedule knobs); None picks the target's defaults."""
     from .frontends.composite import load_composite
     from .runtime.program import Kernel, Program
+    from .schedule.config import default_config
     from .schedule.plain import plain_schedule
+    from .schedule.stream import mark_stream_outputs
     from .targets import llvm
     from .te.lower import ident, lower
 
@@ -48,12 +50,15 @@ def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", c
     dump(low.name, "1_te.py", low.func.script)
 
     report = None
+    cfg = config or default_config(target)
     try:
         if schedule == "poly":
             from .schedule.poly import poly_schedule
-            mod, report = poly_schedule(low, config, relower=lambda: lower(g, vector_math=False))
+            mod, report = poly_schedule(low, cfg, relower=lambda: lower(g, vector_math=False))
         else:
-            mod = plain_schedule(low, config).mod
+            mod = plain_schedule(low, cfg).mod
+        mod, stream_note = mark_stream_outputs(mod, low, cfg)
+        report = report and f"{report}\n{stream_note}"
     except AkgpyError:
         raise
     except Exception as e:  # a TVM failure while scheduling a valid graph is a compiler bug: name the graph

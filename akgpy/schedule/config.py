@@ -31,6 +31,9 @@ class ScheduleConfig:
     # vector registers per op for an elementwise statement that rounds to float16 after many ops:
     # each rounding is a conversion pair with long latency, so more independent lanes in flight
     chain_registers: int = 4
+    # a kernel moving at least this many bytes writes its large outputs with non-temporal stores
+    # (no write-allocate read); 0 = never. default_config: twice the host's last-level cache
+    stream_min_bytes: int = 64 << 20
 
     def __post_init__(self):
         for f in ("vector_bytes", "tile_i", "tile_j_vectors", "min_parallel", "l1_bytes", "min_parallel_work",
@@ -43,6 +46,9 @@ class ScheduleConfig:
             raise CompileError(f"ScheduleConfig.tile must be a tuple of positive ints, got {self.tile!r}")
         if not isinstance(self.fusion_depth, int) or isinstance(self.fusion_depth, bool) or self.fusion_depth < 0:
             raise CompileError(f"ScheduleConfig.fusion_depth must be an int >= 0, got {self.fusion_depth!r}")
+        if not isinstance(self.stream_min_bytes, int) or isinstance(self.stream_min_bytes, bool) \
+                or self.stream_min_bytes < 0:
+            raise CompileError(f"ScheduleConfig.stream_min_bytes must be an int >= 0, got {self.stream_min_bytes!r}")
         if not isinstance(self.input_fusion, bool):
             raise CompileError(f"ScheduleConfig.input_fusion must be a bool, got {self.input_fusion!r}")
         if not isinstance(self.isl_timeout_s, (int, float)) or not self.isl_timeout_s > 0:
@@ -55,10 +61,10 @@ class ScheduleConfig:
 def default_config(target=None) -> ScheduleConfig:
     """The default knobs for a target: vector width from the host CPU's features."""
     try:
-        from ..targets.llvm import host_cpu
+        from ..targets.llvm import host_cpu, host_llc_bytes
         cpu = host_cpu()
     except Exception:  # no LLVM: generic defaults
         return ScheduleConfig()
     wide = any(k in cpu for k in ("avx512", "znver4", "znver5", "skylake-avx512", "icelake", "sapphire",
                                   "cascadelake", "cooperlake", "tigerlake", "graniterapids"))
-    return ScheduleConfig(vector_bytes=64 if wide else 32)
+    return ScheduleConfig(vector_bytes=64 if wide else 32, stream_min_bytes=2 * host_llc_bytes()[0])

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import tvm
 
 from ..errors import CompileError
+from . import stream_stores
 
 
 @functools.lru_cache(maxsize=None)
@@ -14,8 +16,29 @@ def host_cpu() -> str:
 
 
 @functools.lru_cache(maxsize=None)
+def host_llc_bytes() -> tuple[int, str]:
+    """(size of the host's last-level cache, where it came from: "sysfs" or "fallback")."""
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    best = 0
+    for d in sorted(base.glob("index*")):
+        try:
+            if (d / "type").read_text().strip() == "Instruction":
+                continue
+            s = (d / "size").read_text().strip()
+            best = max(best, int(s.rstrip("KMG")) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1], 1))
+        except (OSError, ValueError):
+            continue
+    return (best, "sysfs") if best else (32 << 20, "fallback")
+
+
+@functools.lru_cache(maxsize=None)
 def host_target() -> "tvm.target.Target":
     return tvm.target.Target({"kind": "llvm", "mcpu": host_cpu()})
+
+
+def _is_x86(tgt) -> bool:
+    triple = str(tgt.attrs.get("mtriple", "") or tvm.target.codegen.llvm_get_system_triple())
+    return triple.startswith(("x86_64", "i686", "i386"))
 
 
 def resolve(target) -> "tvm.target.Target":
@@ -29,7 +52,11 @@ def resolve(target) -> "tvm.target.Target":
 
 
 def build(mod, target):
+    tgt = resolve(target)
+    pipeline = "default"
+    if _is_x86(tgt) and any(stream_stores.ATTR in (f.attrs or {}) for _, f in mod.functions_items()):
+        pipeline = stream_stores.register()
     try:
-        return tvm.compile(mod, target=resolve(target))
+        return tvm.compile(mod, target=tgt, tir_pipeline=pipeline)
     except RuntimeError as e:
         raise CompileError(f"LLVM code generation failed: {str(e).strip().splitlines()[-1]}") from None

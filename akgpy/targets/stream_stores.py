@@ -1,0 +1,223 @@
+"""Streaming (non-temporal) stores for kernel outputs too large to stay in cache.
+
+A store to a line that is not cached first reads the line (write-allocate), so a kernel that
+writes N bytes of output moves 2N across the memory bus for it. A non-temporal store writes
+whole lines straight to memory. On this host (2 threads, float16 -> float32 cast of 32 Mi
+elements) the kernel went from 6.4-7.5 ms to 4.9-5.0 ms; a C triad 29 -> 39 GB/s.
+
+TVM has no TIR form for such a store, and vector stores exist only after its lowering, so this
+runs as one more pass at the end of TVM's pipeline (the "akgpy" pipeline registered here). A
+vector store into an output the schedule marked (`ATTR`) qualifies when it writes whole cache
+lines: a multiple of 64 bytes, at an offset the loop variables' coefficients prove 64-byte
+aligned (kernel arguments are 64-byte aligned; TVM's own code already assumes it). Part-line
+stores do not qualify: streaming 16-byte stores made a yolo transpose 2.1x slower, since the
+write-combining buffers then leave memory to merge partial lines. The schedule's
+`STREAM_SHARE` of the marked bytes must qualify, else nothing streams (mixing is slower).
+A qualifying store becomes a call to a small LLVM IR function imported into the module with
+`pragma_import_llvm`; LLVM links it in before optimising and inlines it (`alwaysinline`).
+
+Before that, a load of an output right after a store of the same vector takes the stored
+expression (`_forward`): an output also used by a later statement would otherwise be read
+back from memory right after it was streamed past the cache.
+
+Ordering: non-temporal stores are weakly ordered, so the calling thread runs `sfence` after
+each outermost loop that streams. TVM's pool workers signal the end of their task with an
+atomic read-modify-write (a locked instruction, which on x86 orders and flushes earlier
+write-combining stores, Intel SDM vol. 3 sections 9.2.2 and 11.3.1) before the caller returns.
+An `sfence` per iteration of the parallel loop would cost a write-combining drain each: 5 ms
+-> 27 ms on the cast above.
+"""
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import ir, tirx
+from tvm.sym import detect_linear_equation
+
+from ..schedule.stream import ATTR, STREAM_SHARE
+
+PIPELINE = "akgpy"
+LINE = 64
+
+_LLVM_TYPES = {"float16": "half", "bfloat16": "bfloat", "float32": "float", "float64": "double",
+               "int8": "i8", "uint8": "i8", "int16": "i16", "uint16": "i16", "int32": "i32",
+               "uint32": "i32", "int64": "i64", "uint64": "i64"}
+
+
+def _vector(ty) -> tuple[str, int, int] | None:
+    """(element dtype, lanes, bytes) of a vector type of whole cache lines, else None."""
+    elem, lanes = str(ty.dtype if hasattr(ty, "dtype") else ty), 1
+    if "x" in elem:
+        elem, n = elem.split("x")
+        lanes = int(n)
+    if lanes < 2 or elem not in _LLVM_TYPES:
+        return None
+    size = lanes * tvm.runtime.DataType(elem).bits // 8
+    return (elem, lanes, size) if size % LINE == 0 else None
+
+
+def _aligned(base, step: int, loops) -> bool:
+    """Whether element offset `base` is a multiple of `step` for every value of the enclosing
+    loops' variables: its coefficients in them and its constant all are."""
+    vars_ = [v for v, _ in loops]
+    got = detect_linear_equation(base, vars_)
+    return len(got) == len(vars_) + 1 and all(isinstance(c, tirx.IntImm) and int(c.value) % step == 0
+                                              for c in got)
+
+
+def _store_fn(elem: str, lanes: int) -> str:
+    return f"akgpy_stream_{elem}x{lanes}"
+
+
+def helper_ir(types) -> str:
+    """LLVM IR of one store function per (element dtype, lanes, bytes), and the fence. The
+    vector is stored as 64-bit integers: LLVM's x86 backend selects no non-temporal store for
+    half-precision vectors, and MOVNTDQ moves any bits."""
+    out = []
+    for elem, lanes, size in sorted(types):
+        vt, it = f"<{lanes} x {_LLVM_TYPES[elem]}>", f"<{size // 8} x i64>"
+        out.append(f"""define internal void @{_store_fn(elem, lanes)}(ptr %p, {vt} %v) alwaysinline {{
+  %b = bitcast {vt} %v to {it}
+  store {it} %b, ptr %p, align {min(size, LINE)}, !nontemporal !0
+  ret void
+}}""")
+    out.append("""define internal void @akgpy_sfence() alwaysinline {
+  call void @llvm.x86.sse.sfence()
+  ret void
+}
+declare void @llvm.x86.sse.sfence()
+!0 = !{i32 1}""")
+    return "\n".join(out) + "\n"
+
+
+def stream_func(func):
+    """The lowered PrimFunc with streaming stores into the outputs its `ATTR` marks, when
+    whole-line stores write at least `STREAM_SHARE` of the marked bytes; else `func`."""
+    attrs = func.attrs or {}
+    if ATTR not in attrs:
+        return func
+    owner = {str(k): (str(v[0]), int(v[1])) for k, v in attrs[ATTR].items()}  # data name -> output
+    body = _forward(func.body, owner)
+    loaded = set()
+    tvm_ffi.structural_walk(body, [(ir.TensorLoad, lambda ld: loaded.add(owner.get(str(ld.source.data))))])
+    lets = {}
+    tvm_ffi.structural_walk(body, [(tirx.Bind, lambda b: lets.__setitem__(b.var, b.value))])
+    fails, used, loops, count = set(), set(), [], [0]
+
+    def vector_of(st):
+        """The store's (elem, lanes, bytes) when it can stream; None (noted in `fails`) else."""
+        out = owner.get(str(st.buffer.data))
+        if out is None:
+            return None
+        vec, idx = _vector(st.value.ty), list(st.indices)
+        if (vec is None or out in loaded or len(idx) != 1 or not isinstance(idx[0], tirx.Ramp)
+                or not _is_one(idx[0].stride)
+                or not _aligned(_inline(idx[0].base, lets), LINE // (vec[2] // vec[1]), loops)):
+            fails.add(out)
+            return None
+        return vec
+
+    def on_store(st, mut, apply):
+        vec = vector_of(st)
+        if vec is None or not apply:
+            return mut.default_mutate(st)
+        used.add(vec)
+        count[0] += 1
+        addr = tirx.call_intrin("handle", "tirx.address_of", tirx.BufferLoad(st.buffer, [st.indices[0].base]))
+        return tirx.Evaluate(tirx.call_extern("void", _store_fn(*vec[:2]), addr, st.value))
+
+    def on_for(loop, mut):
+        before = count[0]
+        loops.append((loop.loop_var, loop.extent))
+        new = mut.default_mutate(loop)
+        loops.pop()
+        if not loops and count[0] > before:
+            return tirx.SeqStmt([new, tirx.Evaluate(tirx.call_extern("void", "akgpy_sfence"))])
+        return new
+
+    def rewrite(apply: bool):
+        return tvm_ffi.structural_mutate(body, [(tirx.BufferStore, lambda st, mut: on_store(st, mut, apply)),
+                                                (tirx.For, on_for)])
+
+    rewrite(False)
+    outputs = set(owner.values())
+    if sum(o[1] for o in outputs - fails) < STREAM_SHARE * sum(o[1] for o in outputs):
+        return func
+    body = rewrite(True)
+    if not used:
+        return func
+    body = tirx.AttrStmt(ir.StringImm(PIPELINE), "pragma_import_llvm", ir.StringImm(helper_ir(used)), body)
+    return func.with_body(body)
+
+
+def _inline(expr, lets: dict, depth: int = 4):
+    """`expr` with let-bound variables (TVM's common-subexpression temporaries) replaced by
+    their values, so that its dependence on the loop variables shows."""
+    for _ in range(depth):
+        new = tvm_ffi.structural_mutate(expr, [(tirx.Var, lambda v, mut: lets.get(v, v))])
+        if new.same_as(expr):
+            break
+        expr = new
+    return expr
+
+
+def _forward(body, owner: dict):
+    """Loads of an output right after a store of the same vector in the same statement list
+    take the stored expression instead. A kernel that writes an intermediate out and also uses
+    it (dropout's mask, both an output and a factor) would otherwise read back each line it just
+    streamed past the cache, so it could not stream. The expression is repeated, not bound to a
+    variable (TVM's code generator cannot bind vector lets); LLVM computes it once (CSE)."""
+    def on_seq(seq, mut):
+        out, avail = [], {}  # data name -> (index, the stored vector)
+
+        def forget(output):  # a store through any view of `output` ends what is known of it
+            for k in [k for k in avail if owner[k] == output]:
+                del avail[k]
+
+        def on_load(ld, _mut):
+            got = avail.get(str(ld.source.data))
+            idx = list(ld.indices)
+            if got is not None and len(idx) == 1 and tvm_ffi.structural_equal(idx[0], got[0]):
+                return got[1]
+            return _mut.default_mutate(ld)
+
+        for st in seq.seq:
+            if not isinstance(st, (tirx.BufferStore, tirx.Bind, tirx.Evaluate)):
+                avail.clear()
+                out.append(mut.mutate(st))
+                continue
+            st = tvm_ffi.structural_mutate(st, [(ir.TensorLoad, on_load)])
+            if isinstance(st, tirx.BufferStore):
+                key = str(st.buffer.data)
+                if key in owner:
+                    forget(owner[key])
+                    if len(st.indices) == 1 and _vector(st.value.ty) is not None:
+                        avail[key] = (st.indices[0], st.value)
+            out.append(st)
+        return tirx.SeqStmt(out)
+
+    return tvm_ffi.structural_mutate(body, [(tirx.SeqStmt, on_seq)])
+
+
+def _is_one(x) -> bool:
+    return isinstance(x, tirx.IntImm) and int(x.value) == 1
+
+
+def _pipeline_factory():
+    from tvm.s_tir.pipeline import default_s_tir_pipeline
+    lower, finalize_host, finalize_device = default_s_tir_pipeline()
+
+    @tvm.transform.module_pass(opt_level=0, name="akgpy.StreamStores")
+    def pipeline(mod, _ctx):
+        mod = lower(mod)
+        return tirx.transform.prim_func_pass(lambda f, _m, _c: stream_func(f), opt_level=0)(mod)
+
+    return pipeline, finalize_host, finalize_device
+
+
+def register() -> str:
+    """Register the "akgpy" TIR pipeline (TVM's default, then streaming stores); its name."""
+    from tvm.tirx.compilation_pipeline import PIPELINE_MAP, register_tir_pipeline
+    if PIPELINE not in PIPELINE_MAP:
+        register_tir_pipeline(PIPELINE, _pipeline_factory)
+    return PIPELINE

@@ -1,0 +1,117 @@
+"""Streaming (non-temporal) stores: a kernel that moves more than the cache holds writes its
+outputs past the cache, only with whole-line aligned vector stores, only when (nearly) all of
+its output bytes can, and the results still match the reference."""
+from __future__ import annotations
+
+import pytest
+import tvm
+from tvm.script import tirx as T
+
+import akgpy
+from akgpy import GraphBuilder
+from akgpy.errors import CompileError
+from akgpy.schedule.config import default_config
+from akgpy.schedule.stream import ATTR
+from akgpy.targets import llvm
+from akgpy.testing import check_program
+
+FORCE = default_config().replace(stream_min_bytes=1 << 20)  # stream at test sizes
+
+
+def _graph(rows=512, cols=1024, dtype="float32"):
+    b = GraphBuilder("stream_add")
+    x = b.input("x", (rows, cols), dtype)
+    y = b.input("y", (rows, cols), dtype)
+    b.output(x * 2.0 + y)
+    return b.build()
+
+
+def _nt(prog) -> int:
+    return prog.kernels[0].source.count("!nontemporal")
+
+
+@pytest.mark.parametrize("schedule", ["poly", "plain"])
+def test_large_outputs_stream_and_match(schedule):
+    g = _graph()
+    prog = akgpy.fuse(g, schedule=schedule, config=FORCE)
+    assert _nt(prog) > 0
+    assert "llvm.x86.sse.sfence" in prog.kernels[0].source  # the caller's stores are fenced
+    assert not check_program(g, prog)
+    if schedule == "poly":
+        assert "streaming stores: candidates" in prog.kernels[0].explain()
+
+
+def test_float16_outputs_stream():
+    g = _graph(dtype="float16")
+    prog = akgpy.fuse(g, config=FORCE)
+    assert _nt(prog) > 0
+    assert not check_program(g, prog)
+
+
+def test_small_kernels_and_off_keep_plain_stores():
+    g = _graph()
+    default = akgpy.fuse(g)  # 6 MiB moved: below any default threshold
+    assert _nt(default) == 0 and "streaming stores: none" in default.kernels[0].explain()
+    off = akgpy.fuse(g, config=default_config().replace(stream_min_bytes=0))
+    assert _nt(off) == 0 and "streaming stores: none (off)" in off.kernels[0].explain()
+
+
+def test_default_threshold_is_twice_the_last_level_cache():
+    assert default_config().stream_min_bytes == 2 * llvm.host_llc_bytes()[0]
+
+
+def test_an_output_read_by_a_later_statement_is_forwarded_and_streams():
+    b = GraphBuilder("stream_reuse")
+    x = b.input("x", (512, 1024))
+    y = b.input("y", (512, 1024))
+    m = x * y
+    b.output(m)
+    b.output(m + 1.0)
+    g = b.build()
+    prog = akgpy.fuse(g, config=FORCE)
+    assert not check_program(g, prog)
+    assert _nt(prog) > 0
+
+
+def test_bad_threshold_is_rejected():
+    with pytest.raises(CompileError, match="stream_min_bytes"):
+        default_config().replace(stream_min_bytes=-1)
+
+
+# -- the code-generation rule on hand-written loop nests -------------------------------------
+
+def _marked(func, nbytes):
+    return tvm.IRModule({"main": func.with_attr(ATTR, {"B.data": ["B", nbytes]})})
+
+
+@T.prim_func
+def _whole_lines(A: T.Buffer((65536,), "float32"), B: T.Buffer((65536,), "float32")):
+    T.func_attr({"global_symbol": "whole_lines", "tirx.noalias": True})
+    for i in range(4096):
+        B[T.Ramp(i * 16, 1, 16)] = A[T.Ramp(i * 16, 1, 16)] + T.Broadcast(T.float32(1), 16)
+
+
+@T.prim_func
+def _half_lines(A: T.Buffer((65536,), "float32"), B: T.Buffer((65536,), "float32")):
+    T.func_attr({"global_symbol": "half_lines", "tirx.noalias": True})
+    for i in range(8192):
+        B[T.Ramp(i * 8, 1, 8)] = A[T.Ramp(i * 8, 1, 8)] + T.Broadcast(T.float32(1), 8)
+
+
+@T.prim_func
+def _unaligned_rows(A: T.Buffer((85 * 256,), "float32"), B: T.Buffer((85 * 256,), "float32")):
+    T.func_attr({"global_symbol": "unaligned_rows", "tirx.noalias": True})
+    for r in range(256):
+        for j in range(5):  # rows of 85: row r starts at 85 r, not on a line
+            B[T.Ramp(r * 85 + j * 16, 1, 16)] = A[T.Ramp(r * 85 + j * 16, 1, 16)]
+
+
+def _source(mod) -> str:
+    return llvm.build(mod, "llvm").mod.inspect_source("ll")
+
+
+def test_only_whole_aligned_lines_stream():
+    assert "!nontemporal" in _source(_marked(_whole_lines, 1 << 18))
+    assert "!nontemporal" not in _source(_marked(_half_lines, 1 << 18))  # 32-byte stores
+    assert "!nontemporal" not in _source(_marked(_unaligned_rows, 85 * 256 * 4))
+    assert "!nontemporal" not in _source(tvm.IRModule({"main": _whole_lines}))  # not marked

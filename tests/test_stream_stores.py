@@ -85,21 +85,21 @@ def _marked(func, nbytes):
 
 
 @T.prim_func
-def _whole_lines(A: T.Buffer((65536,), "float32"), B: T.Buffer((65536,), "float32")):
+def _whole_lines(A: T.Buffer((65536,)), B: T.Buffer((65536,))):
     T.func_attr({"global_symbol": "whole_lines", "tirx.noalias": True})
     for i in range(4096):
         B[T.Ramp(i * 16, 1, 16)] = A[T.Ramp(i * 16, 1, 16)] + T.Broadcast(T.float32(1), 16)
 
 
 @T.prim_func
-def _half_lines(A: T.Buffer((65536,), "float32"), B: T.Buffer((65536,), "float32")):
+def _half_lines(A: T.Buffer((65536,)), B: T.Buffer((65536,))):
     T.func_attr({"global_symbol": "half_lines", "tirx.noalias": True})
     for i in range(8192):
         B[T.Ramp(i * 8, 1, 8)] = A[T.Ramp(i * 8, 1, 8)] + T.Broadcast(T.float32(1), 8)
 
 
 @T.prim_func
-def _unaligned_rows(A: T.Buffer((85 * 256,), "float32"), B: T.Buffer((85 * 256,), "float32")):
+def _unaligned_rows(A: T.Buffer((85 * 256,)), B: T.Buffer((85 * 256,))):
     T.func_attr({"global_symbol": "unaligned_rows", "tirx.noalias": True})
     for r in range(256):
         for j in range(5):  # rows of 85: row r starts at 85 r, not on a line

@@ -559,3 +559,17 @@ def test_small_full_reductions_beside_coalesced_outputs(shape, unused):
     prog = akgpy.fuse(g, schedule="poly")
     assert "schedule path: poly/isl-ast" in prog.explain()
     assert not check_program(g, prog)
+
+
+def test_isl_parts_sharing_their_rows_run_under_one_loop():
+    """bert's layernorm backward: isl returns the elementwise outputs and the row sum as two
+    parts, each over all 2048 rows; merged, each row is read once for both."""
+    path = next((CORPUS / "networks" / "bert_base").glob("*_15797801861397653896.info"))
+    g = akgpy.load_composite(path)
+    prog = akgpy.fuse(g)
+    text = prog.kernels[0].explain()
+    assert "top-level parts share their outer parallel loop" in text and "merged into 1" in text
+    ast = text[text.index("== isl AST"):text.index("== scheduled TIR")]
+    assert ast.count("// parallel") == 1 and ast.count("for (int c0 = 0; c0 <= 2047") == 1
+    assert "S_Sub_0(c0, 64 * c1 + c2)" in ast  # the elementwise part keeps its fused vector loop
+    assert not check_program(g, prog)

@@ -29,11 +29,12 @@ check_legal anyway (IllegalSchedule, never code). The notes say what each pass d
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import islpy as isl
 
-from .checks import check_legal
+from .checks import IllegalSchedule, check_legal
 from .deps import Deps
 from .access import big_accesses, extents, pow2_lanes, single_dim, stride1_dim, stride1_dims
 from .isl_util import maps_of, sets_of
@@ -57,6 +58,7 @@ class TreeOptions:
     parallel: bool = True
     min_parallel: int = 2
     min_parallel_work: int = 4096  # statement instances under a loop before threads pay off
+    input_fusion: bool = True  # parts of isl's tree with no dependence between them may share a loop
 
 
 @dataclass
@@ -252,12 +254,85 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
 
 
 def shape(model: PolyModel, deps: Deps, tree: isl.Schedule, opts: TreeOptions) -> Shaped:
+    groups = _top_groups(tree)
+    merged = _merge_parts(model, deps, groups, opts.input_fusion) if len(groups) > 1 else groups
+    if len(merged) < len(groups):
+        try:
+            shaped = _shape(model, deps, merged, opts, [
+                f"fusion: isl's {len(groups)} top-level parts share their outer parallel loop (the same dim of "
+                f"every statement, no dependence across it); merged into {len(merged)}, each part's statements "
+                "run per iteration of it"])
+            check_legal(shaped.schedule, deps)
+            return shaped
+        except IllegalSchedule:
+            pass
+    shaped = _shape(model, deps, groups, opts, [])
+    check_legal(shaped.schedule, deps)
+    return shaped
+
+
+@dataclass
+class _Merged:
+    """Consecutive top-level parts of isl's tree run under one shared outer loop."""
+    upa: isl.UnionPwAff  # the shared member, every statement of every part
+    rows: dict[str, int]  # statement -> its dim that the shared loop runs
+    parts: list  # [(filter, isl's band of the part or None)], in isl's order
+
+
+def _merge_parts(model: PolyModel, deps: Deps, groups, independent: bool):
+    """isl sometimes runs a row-wise elementwise part and a row reduction that reads the same
+    rows as two parts in sequence, each over all rows (bert's layernorm backward: its inputs
+    read from memory twice). Consecutive parts whose first band member is, for every statement,
+    one of its own dims with the same extent and constant, coincident in each, and along which
+    every dependence between the parts stays in one iteration, run under one loop of that
+    member; below it each part keeps its own structure. Parts with no dependence between them
+    (they only share inputs) merge only when `independent` (ScheduleConfig.input_fusion)."""
+    out = [groups[0]]
+    for filt, band in groups[1:]:
+        pfilt, prev = out[-1]
+        parts = prev.parts if isinstance(prev, _Merged) else [(pfilt, prev)]
+        got = _shared_member(model, [b for _, b in parts] + [band])
+        linked = not deps.validity.intersect_domain(pfilt).intersect_range(filt).is_empty()
+        if got is not None and (linked or independent) and _same_iteration(model, deps, got[0], pfilt, filt):
+            out[-1] = (pfilt.union(filt), _Merged(got[0], got[1], parts + [(filt, band)]))
+            continue
+        out.append((filt, band))
+    return out
+
+
+def _shared_member(model, bands):
+    """(union of the bands' first members, {statement: its dim}) when each maps every statement
+    to one of its own dims, with one constant and one extent across all, and each is coincident."""
+    upa, rows, seen = None, {}, set()
+    for band in bands:
+        if band is None or not band.band_member_get_coincident(0):
+            return None
+        member = band.band_get_partial_schedule().get_at(0)
+        for name, hit in _member_dims(member).items():
+            if hit is None:
+                return None
+            rows[name] = hit[0]
+            seen.add((hit[1], extents(model.statement(name))[hit[0]]))
+        upa = member if upa is None else upa.union_add(member)
+    return (upa, rows) if len(seen) == 1 else None
+
+
+def _same_iteration(model, deps: Deps, upa, before, after) -> bool:
+    """No dependence from `after` back to `before`, and every one from `before` to `after`
+    joins two instances with the same value of `upa`."""
+    if not deps.validity.intersect_domain(after).intersect_range(before).is_empty():
+        return False
+    umap = isl.UnionMap.from_multi_union_pw_aff(isl.MultiUnionPwAff.from_union_pw_aff(upa))
+    fwd = deps.validity.intersect_domain(before).intersect_range(after)
+    return fwd.apply_domain(umap).apply_range(umap).deltas().is_subset(
+        isl.UnionSet.read_from_str(model.ctx, "{ [0] }"))
+
+
+def _shape(model: PolyModel, deps: Deps, groups, opts: TreeOptions, notes: list[str]) -> Shaped:
     ctx = model.ctx
-    notes: list[str] = []
     tiles: dict[str, tuple[int, ...]] = {}
     coalesced: dict[str, Coalesced] = {}
     order = {s.name: (s.position, 0 if s.kind == "init" else 1) for s in model.statements}
-    groups = _top_groups(tree)
     root = isl.Schedule.from_domain(model.domain).get_root().child(0)
     if len(groups) > 1:
         flist = isl.UnionSetList.alloc(ctx, len(groups))
@@ -267,12 +342,13 @@ def shape(model: PolyModel, deps: Deps, tree: isl.Schedule, opts: TreeOptions) -
         notes.append(f"fusion: isl split the kernel into {len(groups)} parts run in sequence")
     for g, (filt, band) in enumerate(groups):
         leaf = root.child(g).child(0) if len(groups) > 1 else root
-        stmts = sorted((model.statement(st.get_tuple_name()) for st in sets_of(filt)), key=lambda s: order[s.name])
-        leaf = _group(model, leaf, stmts, band, opts, notes, tiles, f"part {g}", coalesced)
+        if isinstance(band, _Merged):
+            leaf = _merged_group(model, leaf, band, opts, notes, tiles, f"part {g}", coalesced, order)
+        else:
+            stmts = sorted((model.statement(st.get_tuple_name()) for st in sets_of(filt)), key=lambda s: order[s.name])
+            leaf = _group(model, leaf, stmts, band, opts, notes, tiles, f"part {g}", coalesced)
         root = _up_to_depth(leaf, 1)
-    schedule = root.get_schedule()
-    check_legal(schedule, deps)
-    return Shaped(schedule, notes, tiles, coalesced)
+    return Shaped(root.get_schedule(), notes, tiles, coalesced)
 
 
 def _up_to_depth(node, depth: int):
@@ -281,9 +357,34 @@ def _up_to_depth(node, depth: int):
     return node
 
 
-def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced):
-    """Build one top-level part under `leaf`; returns a node inside what it built."""
+def _merged_group(model, leaf, m: _Merged, opts, notes, tiles, where, coalesced, order):
+    """The shared loop (parallel when the work allows), and below it each original part built
+    as `_group` builds a top-level part, its shared dim pinned and no parallel loop of its own."""
     ctx = model.ctx
+    stmts = [model.statement(n) for n in m.rows]
+    node = leaf.insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff(m.upa))
+    node = node.band_set_permutable(1).band_member_set_coincident(0, 1)
+    if _parallel_mark(model, stmts, {s.name: [s.dims[m.rows[s.name]]] for s in stmts}, [True], opts, notes, where):
+        node = node.insert_mark(isl.Id(PARALLEL, context=ctx)).child(0)
+    flist = isl.UnionSetList.alloc(ctx, len(m.parts))
+    for f, _ in m.parts:
+        flist = flist.add(f)
+    seq = node.child(0).insert_sequence(flist)
+    inner_opts = dataclasses.replace(opts, parallel=False)
+    for c, (filt, band) in enumerate(m.parts):
+        part = sorted((model.statement(st.get_tuple_name()) for st in sets_of(filt)), key=lambda s: order[s.name])
+        rest = band.band_split(1).child(0) if band is not None and band.band_n_member() > 1 else None
+        node = _group(model, seq.child(c).child(0), part, rest, inner_opts, notes, tiles, f"{where}.{c}",
+                      coalesced, outer={s.name: {m.rows[s.name]} for s in part})
+        seq = _up_to_depth(node, seq.get_tree_depth())
+    return seq
+
+
+def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced, outer=None):
+    """Build one top-level part under `leaf`; returns a node inside what it built. `outer`:
+    {statement: dims} that a loop around the part already runs."""
+    ctx = model.ctx
+    outer = outer or {}
     names = [s.name for s in stmts]
     keep, consts = 0, []
     if band is not None:
@@ -311,7 +412,7 @@ def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced):
         permutable = bool(band.band_get_permutable()) and opts.stride1_innermost
 
         def has_inner(n) -> bool:
-            kept = {consts[m][n][0] for m in range(keep)}
+            kept = {consts[m][n][0] for m in range(keep)} | outer.get(n, set())
             return any(e > 1 and d not in kept for d, e in enumerate(facts[n][1]))
         # statements whose stride-1 dims are different kept members: only one can be innermost,
         # so the band ends above the first of them and each runs its own order below it (a
@@ -334,7 +435,7 @@ def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced):
     if keep:
         exprs = {s.name: [s.dims[consts[q][s.name][0]] for q in range(keep)] for s in stmts}
         coincident = [bool(band.band_member_get_coincident(q)) for q in range(keep)]
-        pinned = {s.name: {consts[q][s.name][0] for q in range(keep)} for s in stmts}
+        pinned = {s.name: {consts[q][s.name][0] for q in range(keep)} | outer.get(s.name, set()) for s in stmts}
         notes.append(f"fusion: {where}: {len(stmts)} statement(s) fused under {keep} shared loop(s) "
                      f"({', '.join(stmts[0].dims[consts[q][stmts[0].name][0]] for q in range(keep))} of "
                      f"{stmts[0].name})")
@@ -343,7 +444,7 @@ def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced):
         leaf = _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tiles, where,
                            coalesced)
     else:
-        pinned = {s.name: set() for s in stmts}
+        pinned = {s.name: set(outer.get(s.name, ())) for s in stmts}
     inner = [(s, _statement_band(model, s, pinned[s.name], opts, notes)) for s in stmts]
     if len(stmts) == 1:
         if inner[0][1] is not None:
@@ -439,7 +540,8 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
         lanes = _extent_of(model, stmts, exprs, last + 1) if vector else 1
         for s in stmts:
             exts, dims = extents(s), tail[s.name]
-            coalesced[s.name] = Coalesced(last, tuple(dims), tuple(exts[d] for d in dims), lanes)
+            coalesced[s.name] = Coalesced(leaf.get_schedule_depth() + last, tuple(dims),
+                                          tuple(exts[d] for d in dims), lanes)
     return _insert_band(leaf, ctx, stmts, exprs, coincident, mark, isolate)
 
 

@@ -220,7 +220,8 @@ def _tree_options(func, model, cfg: ScheduleConfig) -> TreeOptions:
                        if s.kind == "compute" and s.block in blocks and copy_parts(blocks[s.block]) is not None)
     return TreeOptions(lanes=lanes, registers=registers, copies=copies, tile=cfg.tile, l1_bytes=cfg.l1_bytes,
                        stride1_innermost=cfg.stride1_innermost, fusion_depth=cfg.fusion_depth, parallel=cfg.parallel,
-                       min_parallel=cfg.min_parallel, min_parallel_work=cfg.min_parallel_work)
+                       min_parallel=cfg.min_parallel, min_parallel_work=cfg.min_parallel_work,
+                       input_fusion=cfg.input_fusion)
 
 
 def _block_names(sch) -> list[str]:

@@ -38,6 +38,7 @@ from .checks import IllegalSchedule, check_legal
 from .deps import Deps
 from .access import big_accesses, extents, pow2_lanes, single_dim, stride1_dim, stride1_dims
 from .isl_util import maps_of, sets_of
+from .parts import Merged, member_dims, merge_parts
 from .model import PolyModel, Statement
 from .tiles import cache_tile, register_transpose_tile, vector_tile
 
@@ -82,15 +83,6 @@ class Coalesced:
 
 
 # -- reading isl's answer ----------------------------------------------------------------------
-
-def _member_dims(upa: isl.UnionPwAff) -> dict[str, tuple[int, int] | None]:
-    out = {}
-    lst = upa.get_pw_aff_list()
-    for q in range(lst.n_pw_aff()):
-        pa = lst.get_at(q)
-        out[pa.get_domain_space().get_tuple_name(isl.dim_type.set)] = single_dim(pa)
-    return out
-
 
 def _top_groups(tree: isl.Schedule) -> list[tuple[isl.UnionSet, isl.ScheduleNode | None]]:
     """(statements, their first band) for each top-level part of isl's tree."""
@@ -255,7 +247,7 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
 
 def shape(model: PolyModel, deps: Deps, tree: isl.Schedule, opts: TreeOptions) -> Shaped:
     groups = _top_groups(tree)
-    merged = _merge_parts(model, deps, groups, opts.input_fusion) if len(groups) > 1 else groups
+    merged = merge_parts(model, deps, groups, opts.input_fusion) if len(groups) > 1 else groups
     if len(merged) < len(groups):
         try:
             shaped = _shape(model, deps, merged, opts, [
@@ -269,63 +261,6 @@ def shape(model: PolyModel, deps: Deps, tree: isl.Schedule, opts: TreeOptions) -
     shaped = _shape(model, deps, groups, opts, [])
     check_legal(shaped.schedule, deps)
     return shaped
-
-
-@dataclass
-class _Merged:
-    """Consecutive top-level parts of isl's tree run under one shared outer loop."""
-    upa: isl.UnionPwAff  # the shared member, every statement of every part
-    rows: dict[str, int]  # statement -> its dim that the shared loop runs
-    parts: list  # [(filter, isl's band of the part or None)], in isl's order
-
-
-def _merge_parts(model: PolyModel, deps: Deps, groups, independent: bool):
-    """isl sometimes runs a row-wise elementwise part and a row reduction that reads the same
-    rows as two parts in sequence, each over all rows (bert's layernorm backward: its inputs
-    read from memory twice). Consecutive parts whose first band member is, for every statement,
-    one of its own dims with the same extent and constant, coincident in each, and along which
-    every dependence between the parts stays in one iteration, run under one loop of that
-    member; below it each part keeps its own structure. Parts with no dependence between them
-    (they only share inputs) merge only when `independent` (ScheduleConfig.input_fusion)."""
-    out = [groups[0]]
-    for filt, band in groups[1:]:
-        pfilt, prev = out[-1]
-        parts = prev.parts if isinstance(prev, _Merged) else [(pfilt, prev)]
-        got = _shared_member(model, [b for _, b in parts] + [band])
-        linked = not deps.validity.intersect_domain(pfilt).intersect_range(filt).is_empty()
-        if got is not None and (linked or independent) and _same_iteration(model, deps, got[0], pfilt, filt):
-            out[-1] = (pfilt.union(filt), _Merged(got[0], got[1], parts + [(filt, band)]))
-            continue
-        out.append((filt, band))
-    return out
-
-
-def _shared_member(model, bands):
-    """(union of the bands' first members, {statement: its dim}) when each maps every statement
-    to one of its own dims, with one constant and one extent across all, and each is coincident."""
-    upa, rows, seen = None, {}, set()
-    for band in bands:
-        if band is None or not band.band_member_get_coincident(0):
-            return None
-        member = band.band_get_partial_schedule().get_at(0)
-        for name, hit in _member_dims(member).items():
-            if hit is None:
-                return None
-            rows[name] = hit[0]
-            seen.add((hit[1], extents(model.statement(name))[hit[0]]))
-        upa = member if upa is None else upa.union_add(member)
-    return (upa, rows) if len(seen) == 1 else None
-
-
-def _same_iteration(model, deps: Deps, upa, before, after) -> bool:
-    """No dependence from `after` back to `before`, and every one from `before` to `after`
-    joins two instances with the same value of `upa`."""
-    if not deps.validity.intersect_domain(after).intersect_range(before).is_empty():
-        return False
-    umap = isl.UnionMap.from_multi_union_pw_aff(isl.MultiUnionPwAff.from_union_pw_aff(upa))
-    fwd = deps.validity.intersect_domain(before).intersect_range(after)
-    return fwd.apply_domain(umap).apply_range(umap).deltas().is_subset(
-        isl.UnionSet.read_from_str(model.ctx, "{ [0] }"))
 
 
 def _shape(model: PolyModel, deps: Deps, groups, opts: TreeOptions, notes: list[str]) -> Shaped:
@@ -342,7 +277,7 @@ def _shape(model: PolyModel, deps: Deps, groups, opts: TreeOptions, notes: list[
         notes.append(f"fusion: isl split the kernel into {len(groups)} parts run in sequence")
     for g, (filt, band) in enumerate(groups):
         leaf = root.child(g).child(0) if len(groups) > 1 else root
-        if isinstance(band, _Merged):
+        if isinstance(band, Merged):
             leaf = _merged_group(model, leaf, band, opts, notes, tiles, f"part {g}", coalesced, order)
         else:
             stmts = sorted((model.statement(st.get_tuple_name()) for st in sets_of(filt)), key=lambda s: order[s.name])
@@ -357,7 +292,7 @@ def _up_to_depth(node, depth: int):
     return node
 
 
-def _merged_group(model, leaf, m: _Merged, opts, notes, tiles, where, coalesced, order):
+def _merged_group(model, leaf, m: Merged, opts, notes, tiles, where, coalesced, order):
     """The shared loop (parallel when the work allows), and below it each original part built
     as `_group` builds a top-level part, its shared dim pinned and no parallel loop of its own."""
     ctx = model.ctx
@@ -394,7 +329,7 @@ def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced, outer
             if q >= opts.fusion_depth:
                 notes.append(f"fusion: {where}: stopped at fusion_depth={opts.fusion_depth} shared loop(s)")
                 break
-            dims = _member_dims(mupa.get_at(q))
+            dims = member_dims(mupa.get_at(q))
             hits = [dims.get(n) for n in names]
             why = None
             if any(h is None for h in hits):

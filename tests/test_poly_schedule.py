@@ -573,3 +573,14 @@ def test_isl_parts_sharing_their_rows_run_under_one_loop():
     assert ast.count("// parallel") == 1 and ast.count("for (int c0 = 0; c0 <= 2047") == 1
     assert "S_Sub_0(c0, 64 * c1 + c2)" in ast  # the elementwise part keeps its fused vector loop
     assert not check_program(g, prog)
+
+
+def test_merged_parts_still_coalesce_short_trailing_dims():
+    """yolo's batchnorm graph: five [.., 3]-tailed elementwise parts merged under one row loop
+    keep their vector loops: the trailing dims coalesce down to the part's first loop, since
+    the shared loop outside already runs in parallel (they had become scalar loops)."""
+    path = next((CORPUS / "networks" / "yolov3_darknet53").glob("*_17202220326050881751.info"))
+    text = akgpy.fuse(akgpy.load_composite(path)).kernels[0].explain()
+    merged = [ln for ln in text.splitlines() if re.match(r"(vector|order): part \d+\.\d+:", ln)]
+    assert merged and not any("scalar" in ln for ln in merged), "\n".join(merged)
+    assert any("members 0..2 coalesced" in ln for ln in merged)

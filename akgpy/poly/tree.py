@@ -493,7 +493,8 @@ def _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where):
     if pow2_lanes(ext, lanes) >= max(4, lanes // 2):  # already a good vector
         return exprs, coincident, None
     q, total = last, ext
-    while q - 1 >= 1 and pow2_lanes(total, lanes) < lanes and coincident[q - 1] and \
+    first = 1 if opts.parallel else 0  # member 0 stays whole for the thread pool
+    while q - 1 >= first and pow2_lanes(total, lanes) < lanes and coincident[q - 1] and \
             all(_contiguous_tail(s, exprs[s.name][q - 1:]) for s in stmts):
         q -= 1
         total *= _extent_of(model, stmts, exprs, q)

@@ -23,7 +23,8 @@ back from memory right after it was streamed past the cache.
 Ordering: non-temporal stores are weakly ordered, so the calling thread runs `sfence` after
 each outermost loop that streams. TVM's pool workers signal the end of their task with an
 atomic read-modify-write (a locked instruction, which on x86 orders and flushes earlier
-write-combining stores, Intel SDM vol. 3 sections 9.2.2 and 11.3.1) before the caller returns.
+write-combining stores: Intel SDM vol. 3, "Memory Ordering in P6 and More Recent Processor
+Families" and "Buffering of Write Combining Memory Locations") before the caller returns.
 An `sfence` per iteration of the parallel loop would cost a write-combining drain each: 5 ms
 -> 27 ms on the cast above.
 """

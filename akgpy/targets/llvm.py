@@ -36,7 +36,7 @@ def host_target() -> "tvm.target.Target":
     return tvm.target.Target({"kind": "llvm", "mcpu": host_cpu()})
 
 
-def _is_x86(tgt) -> bool:
+def is_x86(tgt) -> bool:
     triple = str(tgt.attrs.get("mtriple", "") or tvm.target.codegen.llvm_get_system_triple())
     return triple.startswith(("x86_64", "i686", "i386"))
 
@@ -54,7 +54,7 @@ def resolve(target) -> "tvm.target.Target":
 def build(mod, target):
     tgt = resolve(target)
     pipeline = "default"
-    if _is_x86(tgt) and any(stream_stores.ATTR in (f.attrs or {}) for _, f in mod.functions_items()):
+    if is_x86(tgt) and any(stream_stores.ATTR in (f.attrs or {}) for _, f in mod.functions_items()):
         pipeline = stream_stores.register()
     try:
         return tvm.compile(mod, target=tgt, tir_pipeline=pipeline)

@@ -81,6 +81,15 @@ def test_an_output_read_by_a_later_statement_is_forwarded_and_streams():
     assert _streams(prog)
 
 
+def test_kernels_writing_more_than_they_read_keep_plain_stores():
+    b = GraphBuilder("stream_widen")
+    b.output(b.input("x", (512, 1024), "float16").astype("float32"))  # writes twice its reads
+    g = b.build()
+    prog = akgpy.fuse(g, config=FORCE)
+    assert _nt(prog) == 0 and "writes more than it reads" in prog.kernels[0].explain()
+    assert not check_program(g, prog)
+
+
 def test_bad_threshold_is_rejected():
     with pytest.raises(CompileError, match="stream_min_bytes"):
         default_config().replace(stream_min_bytes=-1)
@@ -107,6 +116,13 @@ def _half_lines(A: T.Buffer((65536,)), B: T.Buffer((65536,))):
 
 
 @T.prim_func
+def _strided_half_lines(A: T.Buffer((65536,)), B: T.Buffer((65536,))):
+    T.func_attr({"global_symbol": "strided_half_lines", "tirx.noalias": True})
+    for i in range(4096):  # the first half of each line only: lines never fill
+        B[T.Ramp(i * 16, 1, 8)] = A[T.Ramp(i * 16, 1, 8)]
+
+
+@T.prim_func
 def _unaligned_rows(A: T.Buffer((85 * 256,)), B: T.Buffer((85 * 256,))):
     T.func_attr({"global_symbol": "unaligned_rows", "tirx.noalias": True})
     for r in range(256):
@@ -118,8 +134,9 @@ def _source(mod) -> str:
     return llvm.build(mod, "llvm").mod.inspect_source("ll")
 
 
-def test_only_whole_aligned_lines_stream():
+def test_only_stores_that_fill_whole_lines_stream():
     assert ("!nontemporal" in _source(_marked(_whole_lines, 1 << 18))) == X86
-    assert "!nontemporal" not in _source(_marked(_half_lines, 1 << 18))  # 32-byte stores
+    assert ("!nontemporal" in _source(_marked(_half_lines, 1 << 18))) == X86  # consecutive 32-byte stores
+    assert "!nontemporal" not in _source(_marked(_strided_half_lines, 1 << 18))
     assert "!nontemporal" not in _source(_marked(_unaligned_rows, 85 * 256 * 4))
     assert "!nontemporal" not in _source(tvm.IRModule({"main": _whole_lines}))  # not marked

@@ -46,8 +46,9 @@ def merge_parts(model: PolyModel, deps: Deps, groups, independent: bool):
         pfilt, prev = out[-1]
         parts = prev.parts if isinstance(prev, Merged) else [(pfilt, prev)]
         got = _shared_member(model, [b for _, b in parts] + [band])
-        linked = not deps.validity.intersect_domain(pfilt).intersect_range(filt).is_empty()
-        if got is not None and (linked or independent) and _same_iteration(model, deps, got[0], pfilt, filt):
+        fwd = deps.validity.intersect_domain(pfilt).intersect_range(filt)
+        if got is not None and (independent or not fwd.is_empty()) \
+                and _same_iteration(model, deps, got[0], fwd, pfilt, filt):
             out[-1] = (pfilt.union(filt), Merged(got[0], got[1], parts + [(filt, band)]))
             continue
         out.append((filt, band))
@@ -71,12 +72,11 @@ def _shared_member(model, bands):
     return (upa, rows) if len(seen) == 1 else None
 
 
-def _same_iteration(model, deps: Deps, upa, before, after) -> bool:
+def _same_iteration(model, deps: Deps, upa, fwd, before, after) -> bool:
     """No dependence from `after` back to `before`, and every one from `before` to `after`
-    joins two instances with the same value of `upa`."""
+    (`fwd`) joins two instances with the same value of `upa`."""
     if not deps.validity.intersect_domain(after).intersect_range(before).is_empty():
         return False
     umap = isl.UnionMap.from_multi_union_pw_aff(isl.MultiUnionPwAff.from_union_pw_aff(upa))
-    fwd = deps.validity.intersect_domain(before).intersect_range(after)
     return fwd.apply_domain(umap).apply_range(umap).deltas().is_subset(
         isl.UnionSet.read_from_str(model.ctx, "{ [0] }"))

@@ -17,23 +17,23 @@ from __future__ import annotations
 
 from math import prod
 
-import numpy as np
 import tvm_ffi
 from tvm import tirx
 
+from ..dtypes import to_numpy
 from ..te.lower import Lowered
 from .config import ScheduleConfig
 
 ATTR = "akgpy.stream_outputs"  # PrimFunc attr: {buffer data name: [output tensor, bytes]}
 MIN_OUTPUT = 1 << 20
 # Stream only when (nearly) all output bytes can: a kernel mixing streamed and cached output
-# lines ran slower than with plain stores alone (dropout ~6619: half its output bytes are
-# float16 half-line stores; streaming the float32 half cost 5%).
+# lines ran slower than with plain stores alone (dropout ~6619, measured while its float16
+# half-line stores could not stream: streaming the float32 half cost 5%).
 STREAM_SHARE = 0.9
 
 
 def _bytes(p) -> int:
-    return prod(p.shape) * np.dtype(p.dtype).itemsize
+    return prod(p.shape) * to_numpy(p.dtype).itemsize
 
 
 def _views(func, outputs: dict) -> dict:
@@ -64,5 +64,5 @@ def mark_stream_outputs(mod, low: Lowered, cfg: ScheduleConfig):
     mod = mod.__class__({gv: func.with_attr(ATTR, {**outputs, **_views(func, outputs)})})
     return mod, (f"streaming stores: candidates {', '.join(t for t, _ in outputs.values())} (kernel moves "
                  f"{moved >> 20} MiB >= {cfg.stream_min_bytes >> 20} MiB); code generation streams them "
-                 f"when whole-line aligned vector stores write at least {int(100 * STREAM_SHARE)}% of "
+                 f"when stores that fill whole lines write at least {int(100 * STREAM_SHARE)}% of "
                  "their bytes and none is read back")

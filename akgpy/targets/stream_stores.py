@@ -66,7 +66,7 @@ def _aligned(base, vec, loops) -> bool:
     offset whose coefficients in the enclosing loops' variables and constant are all multiples
     of a line; a part-line vector only as the innermost loop's consecutive vectors, that loop
     starting on a line and covering whole lines."""
-    elem, lanes, size = vec
+    _, lanes, size = vec
     line = LINE // (size // lanes)  # elements per line
     vars_ = [v for v, _ in loops]
     got = detect_linear_equation(base, vars_)
@@ -120,22 +120,15 @@ def stream_func(func):
     tvm_ffi.structural_walk(body, [(tirx.Bind, lambda b: lets.__setitem__(b.var, b.value))])
     fails, used, loops, count = set(), set(), [], [0]
 
-    def vector_of(st):
-        """The store's (elem, lanes, bytes) when it can stream; None (noted in `fails`) else."""
+    def on_store(st, mut):
         out = owner.get(str(st.buffer.data))
         if out is None:
-            return None
+            return mut.default_mutate(st)
         vec, idx = _vector(st.value.ty), list(st.indices)
         if (vec is None or out in loaded or len(idx) != 1 or not isinstance(idx[0], tirx.Ramp)
                 or not _is_one(idx[0].stride)
                 or not _aligned(_inline(idx[0].base, lets), vec, loops)):
             fails.add(out)
-            return None
-        return vec
-
-    def on_store(st, mut, apply):
-        vec = vector_of(st)
-        if vec is None or not apply:
             return mut.default_mutate(st)
         used.add(vec)
         count[0] += 1
@@ -151,17 +144,10 @@ def stream_func(func):
             return tirx.SeqStmt([new, tirx.Evaluate(tirx.call_extern("void", "akgpy_sfence"))])
         return new
 
-    def rewrite(apply: bool):
-        return tvm_ffi.structural_mutate(body, [(tirx.BufferStore, lambda st, mut: on_store(st, mut, apply)),
-                                                (tirx.For, on_for)])
-
-    rewrite(False)
+    body = tvm_ffi.structural_mutate(body, [(tirx.BufferStore, on_store), (tirx.For, on_for)])
     outputs = set(owner.values())
-    if sum(o[1] for o in outputs - fails) < STREAM_SHARE * sum(o[1] for o in outputs):
-        return func
-    body = rewrite(True)
-    if not used:
-        return func
+    if not used or sum(o[1] for o in outputs - fails) < STREAM_SHARE * sum(o[1] for o in outputs):
+        return func  # the streamed body is dropped: too few of the output bytes qualified
     body = tirx.AttrStmt(ir.StringImm(PIPELINE), "pragma_import_llvm", ir.StringImm(helper_ir(used)), body)
     return func.with_body(body)
 

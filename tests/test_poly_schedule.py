@@ -356,7 +356,7 @@ def test_short_row_sum_runs_as_interleaved_vector_partials(shape, axis):
     g = b.build()
     prog = akgpy.fuse(g)
     text = prog.explain()
-    assert re.search(r"vector: \S+_partial_update: innermost member split by 8 lanes", text), text[:3000]
+    assert re.search(r"vector: \S+_lanes_update: innermost member split by 8 lanes", text), text[:3000]
     tir = prog.kernels[0].tir
     assert "x_flat0[" in tir and "y_flat0[" in tir, tir
     if len(axis) == len(shape):  # no remainder: every load of the kernel is a packed one

@@ -108,3 +108,4 @@ def write_order(m: isl.Map) -> list[int] | None:
             return None
         out.append(hit[0])
     return out
+

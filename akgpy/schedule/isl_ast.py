@@ -23,6 +23,7 @@ from ..errors import CompileError
 from ..poly.isl_util import affine
 from ..poly.model import PolyModel
 from ..poly.tree import PARALLEL, TRANSPOSE, VECTOR
+from ..te.index import digit_groups
 from .transpose import register_transpose
 
 _N, _E, _O = isl.ast_node_type, isl.ast_expr_type, isl.ast_expr_op_type
@@ -172,33 +173,42 @@ class _Gen:
 
     def flat_block(self, block, c):
         """The statement's block with one more iter var, L, and every access to a kernel
-        argument whose trailing indices are the coalesced dims (in order, then unit dims, as a
-        broadcast operand [..., 3, 1] under [..., 3, 2] has) rewritten to a view of that
-        argument with those dims flattened, indexed by L (or L // the broadcast extents).
-        TVM cannot fold the mixed-radix digits of L back into a flat address once L is split
-        into vector lanes that do not divide the inner extents (52*3*2 by 16): every lane
-        became a scalar load. Through the view each such access is one vector load."""
+        argument that uses the coalesced dims only in its trailing indices (unit dims between
+        them allowed) rewritten to a view of that argument with those indices flattened,
+        indexed by L's digits as the operand stores them (`poly/access.digit_groups`): L for
+        the written array, L // 2 for a [..., 3, 1] operand under [..., 3, 2], 2 * (L // 6) +
+        L % 2 for a [1, 52, 52, 1, 2] grid. TVM cannot fold the mixed-radix digits of L back
+        into a flat address once L is split into vector lanes that do not divide the inner
+        extents (52*3*2 by 16): every lane became a scalar load. Through the view the written
+        array and same-shaped operands are one vector load, and a broadcast operand's lanes
+        differ by constants when the vector width is a multiple of its digits' period (the
+        tree passes choose it so), which `targets/vector_loads` turns into a load and a shuffle."""
         dvars = [block.iter_vars[d].var for d in c.dims]
         vlin = tirx.Var("v_lin", self.index)
+        total = prod(c.extents)
 
         def flat_access(buf, indices):
             shape = [int(e.value) if hasattr(e, "value") else None for e in buf.ty.shape]
             idx = list(indices)
-            pos = next((q for q, i in enumerate(idx) if i.same_as(dvars[0])), None)
-            if pos is None or any(_uses(i, dvars) for i in idx[:pos]):
+            pos = next((q for q, i in enumerate(idx) if _uses(i, dvars)), None)
+            if pos is None:
                 return None
-            j = 0
-            while pos + j < len(idx) and j < len(dvars) and idx[pos + j].same_as(dvars[j]) \
-                    and shape[pos + j] == c.extents[j]:
-                j += 1
-            rest = idx[pos + j:]
-            if j == 0 or any(not (isinstance(i, tirx.IntImm) and int(i.value) == 0 and shape[pos + j + q] == 1)
-                             for q, i in enumerate(rest)):
-                return None
-            below = prod(c.extents[j:])
-            flat = vlin if below == 1 else tirx.FloorDiv(vlin, tirx.IntImm(self.index, below))
+            terms = []
+            for q in range(pos, len(idx)):
+                k = next((k for k, v in enumerate(dvars) if idx[q].same_as(v)), None)
+                if k is not None and shape[q] == c.extents[k]:
+                    terms.append((k, prod(shape[q + 1:])))
+                elif not (isinstance(idx[q], tirx.IntImm) and int(idx[q].value) == 0 and shape[q] == 1):
+                    return None
+            flat = None
+            for size, span, w in digit_groups(terms, c.extents):
+                d = vlin if size == 1 else tirx.FloorDiv(vlin, tirx.IntImm(self.index, size))
+                if size * span != total:
+                    d = tirx.FloorMod(d, tirx.IntImm(self.index, span))
+                d = d if w == 1 else d * tirx.IntImm(self.index, w)
+                flat = d if flat is None else flat + d
             return self.view(buf, pos, prod(shape[pos:])), [*idx[:pos], flat]
-        return self.rewrite(block, flat_access, [tirx.IterVar(ir.Range(0, prod(c.extents)), vlin, 0)])
+        return self.rewrite(block, flat_access, [tirx.IterVar(ir.Range(0, total), vlin, 0)])
 
     def folded_block(self, name: str, block):
         """The statement's block with every kernel-argument access whose indices divide or take
@@ -224,11 +234,14 @@ class _Gen:
                                  context=self.model.ctx).intersect_domain(st.domain)
             except (CompileError, isl.Error):
                 return None
+            pa = isl.PwMultiAff.from_map(offset).get_pw_aff(0)
             pieces = []
-            isl.PwMultiAff.from_map(offset).get_pw_aff(0).foreach_piece(lambda _s, aff: pieces.append(aff))
-            if len(pieces) != 1 or pieces[0].dim(isl.dim_type.div) or not pieces[0].get_denominator_val().is_one():
+            pa.foreach_piece(lambda _s, aff: pieces.append(aff))
+            if len(pieces) != 1 or not pieces[0].get_denominator_val().is_one():
                 return None
             aff = pieces[0]
+            if aff.dim(isl.dim_type.div):
+                return self.view(buf, 0, stride), [self.quasi_affine(pa, block)]
             flat = tirx.IntImm(ty, int(aff.get_constant_val().to_python()))
             for q, iv in enumerate(block.iter_vars):
                 k = int(aff.get_coefficient_val(isl.dim_type.in_, q).to_python())
@@ -236,6 +249,24 @@ class _Gen:
                     flat = flat + (iv.var if k == 1 else iv.var * tirx.IntImm(ty, k))
             return self.view(buf, 0, stride), [flat]
         return self.rewrite(block, fold)
+
+    def quasi_affine(self, pa: isl.PwAff, block):
+        """`pa` (over the block's iters, with floor divisions) as a TIR expression in the block's
+        iter vars, in isl's simplified form: a [1, 52, 52, 1, 2] grid read at the digits of
+        24k + l is 8k + 2 * (l // 6) + l % 2, whose lanes over l differ by constants (one load
+        and a shuffle, `targets/vector_loads`) where the digits' own form does not show it."""
+        n = pa.dim(isl.dim_type.in_)
+        names = [f"akgpy_iv{q}" for q in range(n)]
+        for q, nm in enumerate(names):
+            pa = pa.set_dim_id(isl.dim_type.in_, q, isl.Id(nm, context=self.model.ctx))
+        params = pa.move_dims(isl.dim_type.param, 0, isl.dim_type.in_, 0, n)
+        e = isl.AstBuild.from_context(params.domain()).expr_from_pw_aff(params)
+        saved = dict(self.vars)
+        self.vars.update({nm: iv.var for nm, iv in zip(names, block.iter_vars)})
+        try:
+            return self.expr(e)
+        finally:
+            self.vars = saved
 
     def view(self, buf, pos: int, inner: int):
         """`buf` with its dims from `pos` on flattened into one of `inner` elements (same data)."""

@@ -28,6 +28,7 @@ from ..poly.explain import tree_lines
 from ..poly.isl_util import maps_of, sets_of
 from ..poly.access import extents
 from ..poly.tree import VECTOR, TreeOptions, shape
+from ..te.builders import LANE_PARTIALS
 from ..te.lower import Lowered
 from .config import ScheduleConfig, default_config
 from .isl_ast import realize
@@ -202,11 +203,15 @@ def _roundings(block) -> int:
 
 
 def _tree_options(func, model, cfg: ScheduleConfig) -> TreeOptions:
-    bits = {}
+    bits, shapes = {}, {}
     blocks = _blocks(func)
     allocs = [buf for b in blocks.values() for buf in b.alloc_buffers]
     for buf in [p for p in func.params if hasattr(p, "dtype") and hasattr(p, "shape")] + allocs:
         bits[buf.name] = tvm_dtype_bits(buf.dtype)
+    params = {p.name: tuple(int(e) for e in p.shape) for p in func.params if hasattr(p, "shape")}
+    for isl_name, buf in model.arrays.items():
+        if buf in params:
+            shapes[isl_name] = params[buf]
     lanes = {}
     for s in model.statements:
         wide = max((bits.get(model.arrays.get(m.get_tuple_name(isl.dim_type.out), ""), 32)
@@ -214,6 +219,12 @@ def _tree_options(func, model, cfg: ScheduleConfig) -> TreeOptions:
         if s.kind == "update" and s.block.endswith("_rf") and s.block in blocks and wide_partials(blocks[s.block]):
             wide //= 2  # the partials of vector math: as many lanes as their float32 source
         lanes[s.name] = max(cfg.vector_bytes * 8 // max(wide, 8), 1)
+        if s.block.endswith(LANE_PARTIALS) and s.block in blocks and blocks[s.block].writes:
+            # interleaved partials wider than a register (te/builders._lane_split widens them so
+            # that broadcast operands repeat their lane offsets) run as one vector of them all
+            n = int(blocks[s.block].writes[0].source.shape[-1])
+            if n > lanes[s.name] and n % lanes[s.name] == 0:
+                lanes[s.name] = n
     registers = {s.name: cfg.chain_registers for s in model.statements
                  if s.kind == "compute" and s.block in blocks and _roundings(blocks[s.block]) >= CHAIN_ROUNDINGS}
     copies = frozenset(s.name for s in model.statements
@@ -221,7 +232,7 @@ def _tree_options(func, model, cfg: ScheduleConfig) -> TreeOptions:
     return TreeOptions(lanes=lanes, registers=registers, copies=copies, tile=cfg.tile, l1_bytes=cfg.l1_bytes,
                        stride1_innermost=cfg.stride1_innermost, fusion_depth=cfg.fusion_depth, parallel=cfg.parallel,
                        min_parallel=cfg.min_parallel, min_parallel_work=cfg.min_parallel_work,
-                       input_fusion=cfg.input_fusion)
+                       input_fusion=cfg.input_fusion, shapes=shapes)
 
 
 def _block_names(sch) -> list[str]:

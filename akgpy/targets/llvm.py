@@ -7,7 +7,7 @@ from pathlib import Path
 import tvm
 
 from ..errors import CompileError
-from . import stream_stores
+from . import stream_stores, tir_pipeline
 
 
 @functools.lru_cache(maxsize=None)
@@ -53,9 +53,8 @@ def resolve(target) -> "tvm.target.Target":
 
 def build(mod, target):
     tgt = resolve(target)
-    pipeline = "default"
-    if is_x86(tgt) and any(stream_stores.ATTR in (f.attrs or {}) for _, f in mod.functions_items()):
-        pipeline = stream_stores.register()
+    stream = is_x86(tgt) and any(stream_stores.ATTR in (f.attrs or {}) for _, f in mod.functions_items())
+    pipeline = tir_pipeline.register(stream)
     try:
         return tvm.compile(mod, target=tgt, tir_pipeline=pipeline)
     except RuntimeError as e:

@@ -6,7 +6,7 @@ whole lines straight to memory. On this host (2 threads, float16 -> float32 cast
 elements) the kernel went from 6.4-7.5 ms to 4.9-5.0 ms; a C triad 29 -> 39 GB/s.
 
 TVM has no TIR form for such a store, and vector stores exist only after its lowering, so this
-runs as one more pass at the end of TVM's pipeline (the "akgpy" pipeline registered here). A
+runs as one more pass at the end of TVM's pipeline (`targets/tir_pipeline.py`). A
 vector store into an output the schedule marked (`ATTR`) qualifies when it writes whole cache
 lines: a multiple of 64 bytes, at an offset the loop variables' coefficients prove 64-byte
 aligned (kernel arguments are 64-byte aligned; TVM's own code already assumes it). A 16- or
@@ -40,7 +40,6 @@ from tvm.sym import detect_linear_equation
 
 from ..schedule.stream import ATTR, STREAM_SHARE
 
-PIPELINE = "akgpy"
 LINE = 64
 
 _LLVM_TYPES = {"float16": "half", "bfloat16": "bfloat", "float32": "float", "float64": "double",
@@ -148,7 +147,7 @@ def stream_func(func):
     outputs = set(owner.values())
     if not used or sum(o[1] for o in outputs - fails) < STREAM_SHARE * sum(o[1] for o in outputs):
         return func  # the streamed body is dropped: too few of the output bytes qualified
-    body = tirx.AttrStmt(ir.StringImm(PIPELINE), "pragma_import_llvm", ir.StringImm(helper_ir(used)), body)
+    body = tirx.AttrStmt(ir.StringImm("akgpy"), "pragma_import_llvm", ir.StringImm(helper_ir(used)), body)
     return func.with_body(body)
 
 
@@ -203,23 +202,3 @@ def _forward(body, owner: dict):
 
 def _is_one(x) -> bool:
     return isinstance(x, tirx.IntImm) and int(x.value) == 1
-
-
-def _pipeline_factory():
-    from tvm.s_tir.pipeline import default_s_tir_pipeline
-    lower, finalize_host, finalize_device = default_s_tir_pipeline()
-
-    @tvm.transform.module_pass(opt_level=0, name="akgpy.StreamStores")
-    def pipeline(mod, _ctx):
-        mod = lower(mod)
-        return tirx.transform.prim_func_pass(lambda f, _m, _c: stream_func(f), opt_level=0)(mod)
-
-    return pipeline, finalize_host, finalize_device
-
-
-def register() -> str:
-    """Register the "akgpy" TIR pipeline (TVM's default, then streaming stores); its name."""
-    from tvm.tirx.compilation_pipeline import PIPELINE_MAP, register_tir_pipeline
-    if PIPELINE not in PIPELINE_MAP:
-        register_tir_pipeline(PIPELINE, _pipeline_factory)
-    return PIPELINE

@@ -13,9 +13,9 @@ from tvm import te, tirx
 
 from ..errors import UnsupportedOpError
 from ..graph.ir import NZ, Op, Tensor
-from ..ops.registry import matmul_dims, reduce_axes
+from ..ops.registry import Category, lookup, matmul_dims, reduce_axes
 from . import fastmath
-from .index import logical_to_nz, nz_to_logical, reshape_index
+from .index import digit_groups, logical_to_nz, nz_to_logical, repeats_every, reshape_index
 from .lower import Lowerer, Operand, compute_dtype, logical, storage
 
 
@@ -199,19 +199,55 @@ def _split_reduction(xs, axes):
 # Interleaved partial sums of a contiguous block with a short innermost dim: 8 float64
 # accumulators fill a 512-bit register (two 256-bit ones).
 SUM_LANES = 8
+MAX_SUM_LANES = 6 * SUM_LANES
+LANE_PARTIALS = "_lanes"  # the suffix of those partial sums' block (a column sum's are "_partial")
 
 
-def _lane_split(xs, inner_axes, exts) -> int:
+def _lane_split(lw, name: str, xs, inner_axes, exts) -> int:
     """Lanes for a flat interleaved sum of each chunk's block (inner axes of extents `exts`), or
     0: only when the block is x's trailing non-unit dims (contiguous) and its innermost dim is
     too short, or does not split into whole vectors, for a vector loop of its own (the row
-    rfactor handles those)."""
+    rfactor handles those). A multiple of SUM_LANES (up to MAX_SUM_LANES) when the summed
+    value reads a broadcast operand whose lane offsets then repeat in every vector (yolo's
+    [1, 52, 52, 1, 2] grid under a [.., 3, 2] block: 24 lanes), which codegen loads as one
+    vector and a shuffle instead of lane by lane."""
     trailing = [d for d in range(len(xs)) if xs[d] != 1]
     if not inner_axes or trailing[-len(inner_axes):] != list(inner_axes):
         return 0
     if prod(exts) < 4 * SUM_LANES or (exts[-1] % SUM_LANES == 0 and exts[-1] >= 2 * SUM_LANES):
         return 0
+    block = prod(exts)
+    reads = [digit_groups(t, exts) for t in _broadcast_reads(lw.g, name, xs, inner_axes)]
+    for lanes in range(SUM_LANES, MAX_SUM_LANES + 1, SUM_LANES):
+        if 4 * lanes <= block and all(repeats_every(g, block, lanes) for g in reads):
+            return lanes
     return SUM_LANES
+
+
+def _broadcast_reads(g, name: str, xs, inner_axes) -> list[list[tuple[int, int]]]:
+    """(block dim, stride) of the block dims each graph input uses that reaches tensor `name`
+    through elementwise ops only (what the schedule inlines into the sum), for the inputs that
+    broadcast over some block dim."""
+    producer = {o: op for op in g.ops for o in op.outputs}
+    out, seen, todo = [], set(), [name]
+    while todo:
+        t = todo.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        op = producer.get(t)
+        if op is not None:
+            if lookup(op.name).category == Category.ELEMWISE:
+                todo.extend(op.inputs)
+            continue
+        tensor = g.tensors[t]
+        shape = (1,) * (len(xs) - len(tensor.shape)) + tuple(tensor.shape)
+        if tensor.is_const or len(shape) != len(xs) or any(s not in (1, x) for s, x in zip(shape, xs)):
+            continue
+        if all(shape[a] == xs[a] for a in inner_axes):
+            continue
+        out.append([(k, prod(shape[a + 1:])) for k, a in enumerate(inner_axes) if shape[a] == xs[a]])
+    return out
 
 
 def _reduce(kind: str):
@@ -262,7 +298,7 @@ def _reduce(kind: str):
             return te.sum(v, axis=rv) if kind == "sum" else te.max(v, axis=rv)
 
         exts = [factor if a == split_axis else xs[a] for a in inner_axes]
-        lanes = _lane_split(xs, inner_axes, exts) if chunk_shape and lw.vector_math else 0
+        lanes = _lane_split(lw, x.desc.name, xs, inner_axes, exts) if chunk_shape and lw.vector_math else 0
         if lanes:
             # the block of each chunk is contiguous in x but its innermost dim is short ([.., 3, 2],
             # [.., 57]): sum it as `lanes` interleaved partials over its flat offset, so the long
@@ -284,7 +320,7 @@ def _reduce(kind: str):
             # lanes innermost: the partials' stride-1 dim is the one the vector loop runs along
             part = lw.compute((*chunk_shape, *out.shape, lanes),
                               lambda *i: te.sum(load(i[nc:-1], i[:nc], digits(kf * lanes + i[-1])), axis=[kf]),
-                              role="reduce", suffix="_partial")
+                              role="reduce", suffix=LANE_PARTIALS)
             cvars = [te.reduce_axis((0, c), name=f"c{j}") for j, c in enumerate(chunk_shape)]
             lane = te.reduce_axis((0, lanes), name="lane")
             red = lw.compute(out.shape, lambda *i: te.sum(part(*cvars, *i, lane), axis=[*cvars, lane]), role="reduce")

@@ -70,3 +70,36 @@ def operand_index(src: Tensor, dst: Tensor, idx: Sequence, *, logical: bool) -> 
     if src.size == dst.size:
         return reshape_index(src.shape, dst.shape, idx)
     raise ShapeError(f"cannot read {list(src.shape)} at the points of {list(dst.shape)}", tensor=src.name)
+
+
+def digit_groups(terms: list[tuple[int, int]], extents: list[int] | tuple[int, ...]) -> list[tuple[int, int, int]]:
+    """An access's offset inside a coalesced tail as digits of the linear iterator L (mixed
+    radix `extents`). `terms`: (tail dim, the operand's stride for it) of each tail dim the
+    access uses. Returns (S, E, w) per digit: offset = sum of w * ((L // S) mod E), the mod
+    dropped when S * E is the whole tail. Dims the operand stores contiguously in tail order
+    (w_k = w_k+1 * E_k+1) merge into one digit: a [1, 52, 52, 1, 2] grid under a
+    [.., 52, 52, 3, 2] tail is 104 * (L // 312) + 2 * ((L // 6) mod 52) + L mod 2, that is
+    2 * (L // 6) + L mod 2."""
+    groups: list[list[int]] = []  # [first dim, last dim, stride of the last]
+    for k, w in terms:
+        if groups and groups[-1][1] == k - 1 and groups[-1][2] == w * extents[k]:
+            groups[-1][1:] = [k, w]
+        else:
+            groups.append([k, k, w])
+    out = []
+    for k0, k1, w in groups:
+        size = 1
+        for e in extents[k1 + 1:]:
+            size *= e
+        span = 1
+        for e in extents[k0:k1 + 1]:
+            span *= e
+        out.append((size, span, w))
+    return out
+
+
+def repeats_every(groups: list[tuple[int, int, int]], total: int, width: int) -> bool:
+    """Do the lanes of every `width`-wide vector (starting at multiples of `width`) read at the
+    same offsets from their first lane? Then a vector is one contiguous load and a shuffle
+    (targets/vector_loads.py), not a gather."""
+    return all(width % (s * e) == 0 or (s * e == total and width % s == 0) for s, e, _ in groups)

@@ -1,0 +1,42 @@
+"""akgpy's TIR pipelines: TVM's default lowering, then akgpy's passes over the vectorised code
+(they need vector loads and stores, which exist only after TVM's lowering).
+
+    akgpy          + broadcast operands' vector loads as a load and a shuffle (vector_loads)
+    akgpy-stream   + streaming stores into the outputs the schedule marked (stream_stores);
+                   x86 only: the stores are x86 non-temporal moves and an sfence
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+
+from .stream_stores import stream_func
+from .vector_loads import shuffle_loads
+
+PLAIN, STREAM = "akgpy", "akgpy-stream"
+
+
+def _factory(stream: bool):
+    def make():
+        from tvm.s_tir.pipeline import default_s_tir_pipeline
+        lower, finalize_host, finalize_device = default_s_tir_pipeline()
+
+        def passes(f, _mod, _ctx):
+            f = shuffle_loads(f)
+            return stream_func(f) if stream else f
+
+        @tvm.transform.module_pass(opt_level=0, name="akgpy.VectorPasses")
+        def pipeline(mod, _ctx):
+            return tirx.transform.prim_func_pass(passes, opt_level=0)(lower(mod))
+
+        return pipeline, finalize_host, finalize_device
+    return make
+
+
+def register(stream: bool) -> str:
+    """Register akgpy's pipelines (once); the name of the one with or without streaming stores."""
+    from tvm.tirx.compilation_pipeline import PIPELINE_MAP, register_tir_pipeline
+    for name, flag in ((PLAIN, False), (STREAM, True)):
+        if name not in PIPELINE_MAP:
+            register_tir_pipeline(name, _factory(flag))
+    return STREAM if stream else PLAIN

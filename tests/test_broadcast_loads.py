@@ -1,0 +1,82 @@
+"""Broadcast operands in vector loops: their lanes read constant offsets from the first lane
+(the vector width chosen as a multiple of their digits' period), so each vector is one
+contiguous load and a shuffle, not a load per lane (te/index.digit_groups, poly/tree
+_gather_registers, te/builders._lane_split, targets/vector_loads)."""
+from __future__ import annotations
+
+import re
+
+import akgpy
+from akgpy import GraphBuilder
+from akgpy.te.index import digit_groups, repeats_every
+from akgpy.testing import check_program
+
+GRID_TAIL = [52, 52, 3, 2]  # yolo's [.., 52, 52, 3, 2] tail, walked as one linear index L
+
+
+def _scalar_loads(prog) -> int:
+    """float32 loads of one element in the LLVM IR: the lanes of a gathered vector (a
+    broadcast operand read whole is a vector load, then shuffled)."""
+    ll = "\n".join(k._executable.mod.inspect_source("ll") for k in prog.kernels)
+    return len(re.findall(r"= load float, ptr", ll))
+
+
+def test_digits_of_a_grid_merge_where_the_operand_is_contiguous():
+    # [1, 52, 52, 1, 2]: strides 104, 2, -, 1 -> 2 * (L // 6) + L % 2
+    assert digit_groups([(0, 104), (1, 2), (3, 1)], GRID_TAIL) == [(6, 2704, 2), (1, 2, 1)]
+    # [.., 52, 52, 3, 1]: L // 2, one digit over the whole tail
+    assert digit_groups([(0, 156), (1, 3), (2, 1)], GRID_TAIL) == [(2, 8112, 1)]
+    # the written array itself: L
+    assert digit_groups([(0, 312), (1, 6), (2, 2), (3, 1)], GRID_TAIL) == [(1, 16224, 1)]
+
+
+def test_lane_offsets_repeat_only_at_multiples_of_the_period():
+    total = 16224
+    grid = digit_groups([(0, 104), (1, 2), (3, 1)], GRID_TAIL)
+    assert not repeats_every(grid, total, 16) and repeats_every(grid, total, 48) and repeats_every(grid, total, 24)
+    stretch = digit_groups([(0, 156), (1, 3), (2, 1)], GRID_TAIL)
+    assert repeats_every(stretch, total, 16) and not repeats_every(stretch, total, 7)
+    pair = digit_groups([(3, 1)], GRID_TAIL)  # a [2] vector: L % 2
+    assert repeats_every(pair, total, 16) and not repeats_every(pair, total, 9)
+
+
+def _yolo_like(reduce: bool):
+    b = GraphBuilder("grid_loss")
+    x = b.input("x", (4, 52, 52, 3, 2))
+    grid = b.input("grid", (1, 52, 52, 1, 2))
+    w = b.input("w", (4, 52, 52, 3, 1))
+    v = b.input("v", (2,))
+    y = (x * v - grid) * w
+    b.output(b.reduce_sum(b.exp(y), axis=(0, 1, 2, 3, 4)) if reduce else y)
+    return b.build()
+
+
+def test_elementwise_tail_widens_the_vector_to_the_grid_period():
+    """[.., 52, 52, 3, 2] coalesced: the grid reads 2 * (L // 6) + L % 2, whose lane offsets
+    repeat every 48 lanes, so the vector is 3 registers wide and no lane is loaded alone."""
+    g = _yolo_like(reduce=False)
+    prog = akgpy.fuse(g)
+    text = prog.explain()
+    assert "split by 48 lanes (3 registers per op: each vector's lanes then read a broadcast operand" in text, \
+        text[:3000]
+    assert _scalar_loads(prog) == 0
+    assert not check_program(g, prog)
+
+
+def test_interleaved_sum_widens_its_partials_to_the_grid_period():
+    """The same grid summed to a scalar: the interleaved partials are 24 lanes (the first
+    multiple of 8 at which the grid's offsets repeat), one vector of them all."""
+    g = _yolo_like(reduce=True)
+    prog = akgpy.fuse(g)
+    text = prog.explain()
+    assert re.search(r"vector: \S+_lanes_update: innermost member split by 24 lanes", text), text[:3000]
+    assert _scalar_loads(prog) == 0
+    assert not check_program(g, prog)
+
+
+def test_plain_schedule_also_loads_stretched_operands_whole():
+    """The load-and-shuffle pass runs on every kernel: the plain schedule's x * w with w
+    [.., 1] broadcast along the vector loop is correct either way."""
+    g = _yolo_like(reduce=False)
+    prog = akgpy.fuse(g, schedule="plain")
+    assert not check_program(g, prog)

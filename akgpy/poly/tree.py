@@ -218,7 +218,7 @@ def _vector_split(model, opts, stmts, exprs, coincident, q, notes, where, isolat
 def _gather_registers(opts: TreeOptions, stmts, tail: dict, lanes: int, ext: int) -> int:
     """Registers per vector (1..4) for a coalesced tail: the fewest, dividing the extent, after
     which every kernel-argument read that uses the tail dims repeats its lane offsets in each
-    vector (`access.repeats_every`); 1 when one register already does or no count does. A
+    vector (`te/index.repeats_every`); 1 when one register already does or no count does. A
     [1, 52, 52, 1, 2] grid under a [.., 52, 52, 3, 2] tail reads 2 * (L // 6) + L mod 2: a
     period of 6 lanes, so 3 registers of 16 (yolo loss part: 0.66 -> 0.24 ms, one thread)."""
     reads = []
@@ -239,15 +239,11 @@ def _gather_registers(opts: TreeOptions, stmts, tail: dict, lanes: int, ext: int
                     for e in shape[q + 1:]:
                         stride *= e
                     terms.append((dims.index(hit[0]), stride))
-            tail_exts = [exts[d] for d in dims]
-            groups = digit_groups(terms, tail_exts)
-            total = ext
-            if terms and not repeats_every(groups, total, lanes):
-                reads.append((groups, total))
-    if not reads:
-        return 1
-    for k in (2, 3, 4):
-        if ext % (lanes * k) == 0 and all(repeats_every(g, t, lanes * k) for g, t in reads):
+            groups = digit_groups(terms, [exts[d] for d in dims])
+            if terms and not repeats_every(groups, ext, lanes):
+                reads.append(groups)
+    for k in (2, 3, 4) if reads else ():
+        if ext % (lanes * k) == 0 and all(repeats_every(g, ext, lanes * k) for g in reads):
             return k
     return 1
 

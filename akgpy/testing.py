@@ -107,26 +107,19 @@ def random_inputs(g: Graph, seed: int = 0) -> list[np.ndarray]:
 
 
 def _has_fp16_ancestor(g: Graph, name: str) -> bool:
-    producers = {o: op for op in g.ops for o in op.outputs}
     inputs = set(g.inputs)
-    seen, stack = set(), [name]
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        op = producers.get(n)
+    for n, op in g.ancestors(name, _value_inputs):
         if g.tensors[n].dtype == "float16" and n not in inputs and op is not None and op.name not in ROUNDING_FREE:
             return True
-        if op is None:
-            continue
-        if op.name == "InplaceAssign":
-            stack.append(op.inputs[1])
-            if not op.attrs.get("fake_output", False):
-                stack.append(op.inputs[2])
-        else:
-            stack.extend(op.inputs)
     return False
+
+
+def _value_inputs(op) -> Sequence[str]:
+    """The inputs an op's value comes from: an InplaceAssign's is its value (and the fake
+    output's source unless marked fake), not the tensor it overwrites."""
+    if op.name == "InplaceAssign":
+        return [op.inputs[1]] + ([] if op.attrs.get("fake_output", False) else [op.inputs[2]])
+    return op.inputs
 
 
 def tolerance(g: Graph, name: str, *, value_of: str | None = None) -> float:

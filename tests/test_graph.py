@@ -106,3 +106,22 @@ def test_empty_tensors_are_rejected_clearly():
         with pytest.raises(ShapeError, match="no elements") as e:
             b.build()
         assert e.value.tensor == "x"
+
+
+def test_ancestors_walks_each_tensor_once_and_stops_where_told():
+    b = GraphBuilder("ancestors")
+    x = b.input("x", (4, 8))
+    w = b.input("w", (8,))
+    y = b.exp(x * w)
+    s = b.reduce_sum(y + x, axis=(1,))
+    b.output(s)
+    g = b.build()
+    out = g.outputs[0]
+    seen = [t for t, _ in g.ancestors(out)]
+    assert seen[0] == out and len(seen) == len(set(seen))
+    assert {"x", "w"} <= set(seen) and len(seen) == len(g.ops) + 2
+    inputs = {t for t, op in g.ancestors(out) if op is None}
+    assert inputs == {"x", "w"}
+    # stop at the reduction: only the sum itself is seen
+    stop = [t for t, _ in g.ancestors(out, lambda op: () if op.name == "ReduceSum" else op.inputs)]
+    assert stop == [out]

@@ -8,7 +8,7 @@ is defined before use, and every declared shape/dtype agrees with its op's shape
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from .. import dtypes
 from ..errors import ShapeError
@@ -94,6 +94,22 @@ class Graph:
     # -- queries ---------------------------------------------------------------------
     def tensor(self, name: str) -> Tensor:
         return self.tensors[name]
+
+    def ancestors(self, name: str, follow: Callable[[Op], Sequence[str]] | None = None):
+        """Tensor `name` and the tensors it is computed from, each once, depth-first, as
+        (tensor name, its producing op or None for an input or constant). `follow(op)` names the
+        inputs of `op` to go on through (default: all of them; () stops there)."""
+        producer = {o: op for op in self.ops for o in op.outputs}
+        seen, todo = set(), [name]
+        while todo:
+            t = todo.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            op = producer.get(t)
+            yield t, op
+            if op is not None:
+                todo.extend(op.inputs if follow is None else follow(op))
 
     def inplace_targets(self) -> dict[str, str]:
         """input tensor name -> name of the value written into it (last write wins)."""

@@ -224,21 +224,17 @@ def _lane_split(lw, name: str, xs, inner_axes, exts) -> int:
     return SUM_LANES
 
 
+def _elementwise_inputs(op: Op) -> tuple[str, ...]:
+    return op.inputs if lookup(op.name).category == Category.ELEMWISE else ()
+
+
 def _broadcast_reads(g, name: str, xs, inner_axes) -> list[list[tuple[int, int]]]:
     """(block dim, stride) of the block dims each graph input uses that reaches tensor `name`
     through elementwise ops only (what the schedule inlines into the sum), for the inputs that
     broadcast over some block dim."""
-    producer = {o: op for op in g.ops for o in op.outputs}
-    out, seen, todo = [], set(), [name]
-    while todo:
-        t = todo.pop()
-        if t in seen:
-            continue
-        seen.add(t)
-        op = producer.get(t)
+    out = []
+    for t, op in g.ancestors(name, _elementwise_inputs):
         if op is not None:
-            if lookup(op.name).category == Category.ELEMWISE:
-                todo.extend(op.inputs)
             continue
         tensor = g.tensors[t]
         shape = (1,) * (len(xs) - len(tensor.shape)) + tuple(tensor.shape)

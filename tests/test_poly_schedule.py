@@ -584,3 +584,24 @@ def test_merged_parts_still_coalesce_short_trailing_dims():
     merged = [ln for ln in text.splitlines() if re.match(r"(vector|order): part \d+\.\d+:", ln)]
     assert merged and not any("scalar" in ln for ln in merged), "\n".join(merged)
     assert any("members 0..2 coalesced" in ln for ln in merged)
+
+
+def test_channel_sum_walks_its_input_in_storage_order():
+    """A BatchNorm channel sum over NCHW: the interleaved partials' chunks (n, c, row chunk)
+    run n, c, chunk, the input's storage order, so consecutive blocks are adjacent in memory
+    (isl gave n, chunk, c: each block a plane away from the next). stride1_innermost=False
+    keeps isl's order; both match the reference."""
+    b = GraphBuilder("channel_sum")
+    x = b.input("x", (8, 16, 57, 57))
+    b.output(b.reduce_sum(x, axis=(0, 2, 3)))
+    g = b.build()
+    prog = akgpy.fuse(g)
+    text = prog.explain()
+    hit = re.search(r"order: (\S+_lanes_update): outer parallel dims by their stride in its largest array: "
+                    r"\['i0', 'i2', 'i1', 'kf'\]", text)
+    assert hit, text[:4000]
+    ast = text[text.index("== isl AST"):text.index("== scheduled TIR")]
+    assert re.search(rf"{hit.group(1)}\(c0, c2, c1, c\d, c3\)", ast), ast
+    off = akgpy.fuse(g, config=akgpy.ScheduleConfig(stride1_innermost=False))
+    assert "outer parallel dims" not in off.explain()
+    assert not check_program(g, prog) and not check_program(g, off)

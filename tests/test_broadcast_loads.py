@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 import akgpy
 from akgpy import GraphBuilder
 from akgpy.te.index import digit_groups, repeats_every
@@ -40,14 +42,14 @@ def test_lane_offsets_repeat_only_at_multiples_of_the_period():
     assert repeats_every(pair, total, 16) and not repeats_every(pair, total, 9)
 
 
-def _yolo_like(reduce: bool):
+def _yolo_like(reduce: bool, math: bool = True):
     b = GraphBuilder("grid_loss")
     x = b.input("x", (4, 52, 52, 3, 2))
     grid = b.input("grid", (1, 52, 52, 1, 2))
     w = b.input("w", (4, 52, 52, 3, 1))
     v = b.input("v", (2,))
     y = (x * v - grid) * w
-    b.output(b.reduce_sum(b.exp(y), axis=(0, 1, 2, 3, 4)) if reduce else y)
+    b.output(b.reduce_sum(b.exp(y) if math else y, axis=(0, 1, 2, 3, 4)) if reduce else y)
     return b.build()
 
 
@@ -63,13 +65,15 @@ def test_elementwise_tail_widens_the_vector_to_the_grid_period():
     assert not check_program(g, prog)
 
 
-def test_interleaved_sum_widens_its_partials_to_the_grid_period():
-    """The same grid summed to a scalar: the interleaved partials are 24 lanes (the first
-    multiple of 8 at which the grid's offsets repeat), one vector of them all."""
-    g = _yolo_like(reduce=True)
+@pytest.mark.parametrize("math,lanes", [(False, 24), (True, 48)], ids=["sum", "sum_of_exp"])
+def test_interleaved_sum_widens_its_partials_to_the_grid_period(math, lanes):
+    """The same grid summed to a scalar: the interleaved partials take the first multiple of 8
+    lanes at which the grid's offsets repeat (24), of 16 when the summed value is vector math
+    (48: its float32 lanes fill whole registers), one vector of them all."""
+    g = _yolo_like(reduce=True, math=math)
     prog = akgpy.fuse(g)
     text = prog.explain()
-    assert re.search(r"vector: \S+_lanes_update: innermost member split by 24 lanes", text), text[:3000]
+    assert re.search(rf"vector: \S+_lanes_update: innermost member split by {lanes} lanes", text), text[:3000]
     assert _scalar_loads(prog) == 0
     assert not check_program(g, prog)
 

@@ -175,7 +175,7 @@ class _Gen:
         """The statement's block with one more iter var, L, and every access to a kernel
         argument that uses the coalesced dims only in its trailing indices (unit dims between
         them allowed) rewritten to a view of that argument with those indices flattened,
-        indexed by L's digits as the operand stores them (`poly/access.digit_groups`): L for
+        indexed by L's digits as the operand stores them (`te/index.digit_groups`): L for
         the written array, L // 2 for a [..., 3, 1] operand under [..., 3, 2], 2 * (L // 6) +
         L % 2 for a [1, 52, 52, 1, 2] grid. TVM cannot fold the mixed-radix digits of L back
         into a flat address once L is split into vector lanes that do not divide the inner

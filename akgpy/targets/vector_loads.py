@@ -6,7 +6,7 @@ broadcast operand at an index that is not a ramp: a `[.., 3, 1]` operand at `L /
 generator then computes every lane's address and loads lane by lane (16 scalar loads and 16
 inserts per vector). When the lanes' offsets from lane 0 are constants (the vector starts at a
 multiple of the index's period: the tree passes choose the vector width so, see
-`poly/access.gather_period`), the lanes read a short contiguous span of the operand: this pass,
+`poly/tree._gather_registers` and `te/builders._lane_split`), the lanes read a short contiguous span of the operand: this pass,
 run at the end of TVM's lowering (after vectorisation), loads that span as one vector and
 shuffles it into the lanes. The span lies between addresses the lanes read, so the load stays
 in bounds. On the yolo loss graph `~3153` (one thread) its elementwise statement went from
@@ -14,9 +14,9 @@ in bounds. On the yolo loss graph `~3153` (one thread) its elementwise statement
 """
 from __future__ import annotations
 
-from tvm.sym import Analyzer
 import tvm_ffi
 from tvm import ir, tirx
+from tvm.sym import Analyzer
 
 # a span wider than this many lanes is a strided read (a transpose's column), not a broadcast
 MAX_SPAN_PER_LANE = 1

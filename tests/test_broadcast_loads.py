@@ -84,3 +84,24 @@ def test_plain_schedule_also_loads_stretched_operands_whole():
     g = _yolo_like(reduce=False)
     prog = akgpy.fuse(g, schedule="plain")
     assert not check_program(g, prog)
+
+
+def test_isl_timeout_on_wide_partials_retries_with_one_register(monkeypatch):
+    """Wider partials make isl's search longer; when it gives no answer in time, the graph is
+    lowered again with 8-lane partials and scheduled once more, not sent to the plain schedule."""
+    import akgpy.schedule.poly as poly
+    real, calls = poly.compute_schedule_bounded, []
+
+    def first_times_out(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise TimeoutError
+        return real(*args, **kwargs)
+    monkeypatch.setattr(poly, "compute_schedule_bounded", first_times_out)
+    g = _yolo_like(reduce=True)
+    prog = akgpy.fuse(g)
+    text = prog.explain()
+    assert len(calls) == 2 and "retried with one register of partials" in text, text[:2000]
+    assert "schedule path: poly/isl-ast" in text
+    assert re.search(r"vector: \S+_lanes_update: innermost member split by 8 lanes", text), text[:3000]
+    assert not check_program(g, prog)

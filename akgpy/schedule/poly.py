@@ -38,9 +38,12 @@ from .transpose import copy_parts
 
 
 def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s: float | None = None,
-                  relower: Callable[[], Lowered] | None = None):
+                  relower: Callable[[], Lowered] | None = None, narrow: Callable[[], Lowered] | None = None):
     """(IRModule, report): the report is the explain() text of the decisions. `relower` gives the
-    graph lowered for scalar loops (libm math), which the plain fallback runs faster."""
+    graph lowered for scalar loops (libm math), which the plain fallback runs faster; `narrow`
+    gives it with interleaved partial sums of SUM_LANES lanes, retried once when isl gives no
+    answer in time for a lowering with wider ones (their quasi-affine digits can make isl's
+    search longer: yolo's 26 x 26 loss sum took 3.5 s at 8 lanes and over 5 s at 24 or 48)."""
     cfg = cfg or default_config()
     timeout_s = cfg.isl_timeout_s if timeout_s is None else timeout_s
     report: list[str] = []
@@ -56,15 +59,24 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
             "parallel tiles, epilogue blocks vectorised)")
     t0 = time.perf_counter()
     try:
-        func, inlined, rfactored = _prepass(low, cfg)
-        model = extract(func, low.roles)
-        deps = dependences(model)
-        biggest = max((e for s in model.statements for e in extents(s)), default=1)
-        # bounding constant shifts by the largest extent keeps isl from searching for minutes
-        # (layernorm.json: 10.5 s -> 0.18 s) and still lets it fuse
-        tree = compute_schedule_bounded(model, deps, timeout_s=timeout_s,
-                                        options={"schedule_max_constant_term": biggest},
-                                        input_reuse=cfg.input_fusion)
+        while True:
+            func, inlined, rfactored = _prepass(low, cfg)
+            model = extract(func, low.roles)
+            deps = dependences(model)
+            biggest = max((e for s in model.statements for e in extents(s)), default=1)
+            # bounding constant shifts by the largest extent keeps isl from searching for minutes
+            # (layernorm.json: 10.5 s -> 0.18 s) and still lets it fuse
+            try:
+                tree = compute_schedule_bounded(model, deps, timeout_s=timeout_s,
+                                                options={"schedule_max_constant_term": biggest},
+                                                input_reuse=cfg.input_fusion)
+                break
+            except TimeoutError:
+                if not (low.widened and narrow):
+                    raise
+                report.append(f"isl gave no answer within {timeout_s} s with partial sums wider than a "
+                              "register; retried with one register of partials")
+                low, narrow = narrow(), None
     except TimeoutError:
         return fallback(f"isl scheduler gave no answer within {timeout_s} s")
     except AkgpyError as e:
@@ -97,10 +109,10 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
     except Exception as e:
         return fallback(f"code generation from the isl AST failed: {type(e).__name__}: {e}")
     t2 = time.perf_counter()
-    report += [f"schedule path: poly/isl-ast: loop nest generated from the isl AST of the final schedule "
-               f"({len(model.statements)} statements; isl {1e3 * (t1 - t0):.0f} ms, passes+codegen "
-               f"{1e3 * (t2 - t1):.0f} ms; final schedule checked against the dependences)",
-               "inlined before scheduling (injective, recomputed in their consumers): "
+    report[:0] = [f"schedule path: poly/isl-ast: loop nest generated from the isl AST of the final schedule "
+                  f"({len(model.statements)} statements; isl {1e3 * (t1 - t0):.0f} ms, passes+codegen "
+                  f"{1e3 * (t2 - t1):.0f} ms; final schedule checked against the dependences)"]
+    report += ["inlined before scheduling (injective, recomputed in their consumers): "
                + (", ".join(inlined) or "none"),
                "row reductions split into vector partial sums (rfactor): " + (", ".join(rfactored) or "none"),
                math_note,

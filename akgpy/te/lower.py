@@ -40,6 +40,7 @@ class Lowered:
     func: Any  # tvm PrimFunc
     params: list[Param]
     roles: dict[str, str] = field(default_factory=dict)
+    widened: bool = False  # some interleaved partial sum has more than SUM_LANES lanes (builders._lane_split)
 
 
 def storage(t: Tensor) -> tuple[tuple[int, ...], str]:
@@ -83,8 +84,11 @@ class Operand:
 
 
 class Lowerer:
-    def __init__(self, g: Graph, vector_math: bool = True):
+    def __init__(self, g: Graph, vector_math: bool = True, wide_lanes: bool = True):
         self.g = g
+        # interleaved partial sums may widen past SUM_LANES (to a broadcast operand's period)
+        self.wide_lanes = wide_lanes
+        self.widened = False
         # for a schedule that vectorises what it proves contiguous (poly): float32 exp/log/tanh as
         # arithmetic (te/fastmath.py), short-row sums as interleaved lane partials (builders._reduce)
         self.vector_math = vector_math
@@ -178,7 +182,7 @@ class Lowerer:
         except RuntimeError as e:
             raise CompileError(f"create_prim_func failed for {g.name}: {e}") from None
         func = func.with_attr("global_symbol", ident(g.name))
-        return Lowered(ident(g.name), func, in_params + params, dict(self.roles))
+        return Lowered(ident(g.name), func, in_params + params, dict(self.roles), self.widened)
 
 
 def _copy_fn(src: Operand, desc: Tensor):
@@ -199,12 +203,13 @@ def ident(name: str) -> str:
     return s if s and not s[0].isdigit() else f"k_{s}"
 
 
-def lower(g: Graph, *, vector_math: bool = True) -> Lowered:
+def lower(g: Graph, *, vector_math: bool = True, wide_lanes: bool = True) -> Lowered:
     """`vector_math`: build float32 exp/log/tanh from arithmetic, which pays off in vector loops
     (the poly schedule's); in scalar loops libm is faster (yolo softmax, plain: 110 vs 280 ms).
     It also sums contiguous blocks with a short innermost dim as 8 interleaved partials, a vector
-    loop for poly, 2.6x slower in the plain schedule's scalar loops (yolo loss sum)."""
-    return Lowerer(g, vector_math).run()
+    loop for poly, 2.6x slower in the plain schedule's scalar loops (yolo loss sum); with
+    `wide_lanes`, more than 8 where a broadcast operand's period asks for it."""
+    return Lowerer(g, vector_math, wide_lanes).run()
 
 
 def logical(ins: list[Operand], out: Tensor) -> bool:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from math import prod
 
 import islpy as isl
 
@@ -223,22 +224,15 @@ def _gather_registers(opts: TreeOptions, stmts, tail: dict, lanes: int, ext: int
     period of 6 lanes, so 3 registers of 16 (yolo loss part: 0.66 -> 0.24 ms, one thread)."""
     reads = []
     for s in stmts:
-        dims = tail.get(s.name, ())
-        exts = extents(s)
-        for m in maps_of(s.reads):
-            shape = opts.shapes.get(m.get_tuple_name(isl.dim_type.out))
-            if shape is None:
-                continue
+        dims, exts = tail.get(s.name, ()), extents(s)
+        for m, shape in _argument_reads(s, opts):
             pma = isl.PwMultiAff.from_map(m)
             terms = []
             for q in range(pma.dim(isl.dim_type.out)):
                 pa = pma.get_pw_aff(q)
                 hit = None if pa.is_cst() else single_dim(pa)
                 if hit is not None and hit[0] in dims and hit[1] == 0 and shape[q] == exts[hit[0]]:
-                    stride = 1
-                    for e in shape[q + 1:]:
-                        stride *= e
-                    terms.append((dims.index(hit[0]), stride))
+                    terms.append((dims.index(hit[0]), prod(shape[q + 1:])))
             groups = digit_groups(terms, [exts[d] for d in dims])
             if terms and not repeats_every(groups, ext, lanes):
                 reads.append(groups)
@@ -248,23 +242,27 @@ def _gather_registers(opts: TreeOptions, stmts, tail: dict, lanes: int, ext: int
     return 1
 
 
+def _argument_reads(s: Statement, opts: TreeOptions):
+    """(read map, array shape) of each read of a kernel argument (whose shape is known)."""
+    for m in maps_of(s.reads):
+        shape = opts.shapes.get(m.get_tuple_name(isl.dim_type.out))
+        if shape is not None:
+            yield m, shape
+
+
 def _dim_strides(s: Statement, opts: TreeOptions) -> dict[int, int] | None:
     """Each dim's step in the flat offset of the statement's largest kernel-argument read, when
     isl proves that offset affine."""
-    best, size = None, -1
-    for m in maps_of(s.reads):
-        shape = opts.shapes.get(m.get_tuple_name(isl.dim_type.out))
-        if shape is not None and array_size(m) > size:
-            best, size = (m, shape), array_size(m)
-    if best is None:
+    m, shape = max(_argument_reads(s, opts), key=lambda r: array_size(r[0]), default=(None, None))
+    if m is None:
         return None
-    m, shape = best
     pma = isl.PwMultiAff.from_map(m)
-    flat, stride = None, 1
-    for q in reversed(range(pma.dim(isl.dim_type.out))):
-        pa = pma.get_pw_aff(q).scale_val(isl.Val.int_from_si(m.get_ctx(), stride))
+    flat = None
+    for q in range(pma.dim(isl.dim_type.out)):
+        pa = pma.get_pw_aff(q).scale_val(isl.Val.int_from_si(m.get_ctx(), prod(shape[q + 1:])))
         flat = pa if flat is None else flat.add(pa)
-        stride *= shape[q]
+    if flat is None:
+        return None
     pieces = []
     flat.foreach_piece(lambda _s, aff: pieces.append(aff))
     if len(pieces) != 1 or pieces[0].dim(isl.dim_type.div) or not pieces[0].get_denominator_val().is_one():

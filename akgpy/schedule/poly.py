@@ -28,7 +28,7 @@ from ..poly.explain import tree_lines
 from ..poly.isl_util import maps_of, sets_of
 from ..poly.access import extents
 from ..poly.tree import VECTOR, TreeOptions, shape
-from ..te.builders import LANE_PARTIALS
+from ..te.builders import LANE_PARTIALS, SUM_LANES
 from ..te.lower import Lowered
 from .config import ScheduleConfig, default_config
 from .isl_ast import realize
@@ -59,24 +59,15 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
             "parallel tiles, epilogue blocks vectorised)")
     t0 = time.perf_counter()
     try:
-        while True:
-            func, inlined, rfactored = _prepass(low, cfg)
-            model = extract(func, low.roles)
-            deps = dependences(model)
-            biggest = max((e for s in model.statements for e in extents(s)), default=1)
-            # bounding constant shifts by the largest extent keeps isl from searching for minutes
-            # (layernorm.json: 10.5 s -> 0.18 s) and still lets it fuse
-            try:
-                tree = compute_schedule_bounded(model, deps, timeout_s=timeout_s,
-                                                options={"schedule_max_constant_term": biggest},
-                                                input_reuse=cfg.input_fusion)
-                break
-            except TimeoutError:
-                if not (low.widened and narrow):
-                    raise
-                report.append(f"isl gave no answer within {timeout_s} s with partial sums wider than a "
-                              "register; retried with one register of partials")
-                low, narrow = narrow(), None
+        try:
+            func, inlined, rfactored, model, deps, tree = _isl_schedule(low, cfg, timeout_s)
+        except TimeoutError:
+            if narrow is None or not _wide_lanes(_blocks(low.func)):
+                raise
+            report.append(f"isl gave no answer within {timeout_s} s with partial sums wider than a "
+                          "register; retried with one register of partials")
+            low = narrow()
+            func, inlined, rfactored, model, deps, tree = _isl_schedule(low, cfg, timeout_s)
     except TimeoutError:
         return fallback(f"isl scheduler gave no answer within {timeout_s} s")
     except AkgpyError as e:
@@ -121,6 +112,31 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
                "== schedule tree (after passes)", *tree_lines(final.get_root()),
                "== isl AST", ast_text.rstrip()]
     return ir.IRModule({"main": new_func}), "\n".join(report)
+
+
+def _isl_schedule(low: Lowered, cfg: ScheduleConfig, timeout_s: float):
+    """The pre-passes, the model, its dependences and isl's tree (TimeoutError past the bound)."""
+    func, inlined, rfactored = _prepass(low, cfg)
+    model = extract(func, low.roles)
+    deps = dependences(model)
+    biggest = max((e for s in model.statements for e in extents(s)), default=1)
+    # bounding constant shifts by the largest extent keeps isl from searching for minutes
+    # (layernorm.json: 10.5 s -> 0.18 s) and still lets it fuse
+    tree = compute_schedule_bounded(model, deps, timeout_s=timeout_s,
+                                    options={"schedule_max_constant_term": biggest},
+                                    input_reuse=cfg.input_fusion)
+    return func, inlined, rfactored, model, deps, tree
+
+
+def _lane_partials(blocks: dict) -> dict[str, int]:
+    """Block name -> lanes of each interleaved partial sum (te/builders._lane_split)."""
+    return {n: int(b.writes[0].source.shape[-1]) for n, b in blocks.items()
+            if n.endswith(LANE_PARTIALS) and b.writes}
+
+
+def _wide_lanes(blocks: dict) -> bool:
+    """Has some interleaved partial sum more lanes than one register of them (SUM_LANES)?"""
+    return any(n > SUM_LANES for n in _lane_partials(blocks).values())
 
 
 def _prepass(low: Lowered, cfg: ScheduleConfig):
@@ -224,19 +240,18 @@ def _tree_options(func, model, cfg: ScheduleConfig) -> TreeOptions:
     for isl_name, buf in model.arrays.items():
         if buf in params:
             shapes[isl_name] = params[buf]
-    lanes = {}
+    lanes, partials = {}, _lane_partials(blocks)
     for s in model.statements:
         wide = max((bits.get(model.arrays.get(m.get_tuple_name(isl.dim_type.out), ""), 32)
                     for m in maps_of(s.writes)), default=32)
         if s.kind == "update" and s.block.endswith("_rf") and s.block in blocks and wide_partials(blocks[s.block]):
             wide //= 2  # the partials of vector math: as many lanes as their float32 source
         lanes[s.name] = max(cfg.vector_bytes * 8 // max(wide, 8), 1)
-        if s.block.endswith(LANE_PARTIALS) and s.block in blocks and blocks[s.block].writes:
-            # interleaved partials wider than a register (te/builders._lane_split widens them so
-            # that broadcast operands repeat their lane offsets) run as one vector of them all
-            n = int(blocks[s.block].writes[0].source.shape[-1])
-            if n > lanes[s.name] and n % lanes[s.name] == 0:
-                lanes[s.name] = n
+        # interleaved partials wider than a register (te/builders._lane_split widens them so
+        # that broadcast operands repeat their lane offsets) run as one vector of them all
+        n = partials.get(s.block, 0)
+        if n > lanes[s.name] and n % lanes[s.name] == 0:
+            lanes[s.name] = n
     registers = {s.name: cfg.chain_registers for s in model.statements
                  if s.kind == "compute" and s.block in blocks and _roundings(blocks[s.block]) >= CHAIN_ROUNDINGS}
     copies = frozenset(s.name for s in model.statements

@@ -219,16 +219,17 @@ def _lane_split(lw, name: str, xs, inner_axes, exts) -> int:
         return 0
     if prod(exts) < 4 * SUM_LANES or (exts[-1] % SUM_LANES == 0 and exts[-1] >= 2 * SUM_LANES):
         return 0
+    if not lw.wide_lanes:
+        return SUM_LANES
     block = prod(exts)
     sources = list(lw.g.ancestors(name, _elementwise_inputs))
     reads = [digit_groups(t, exts) for t in _broadcast_reads(lw.g, sources, xs, inner_axes)]
-    if not reads or not getattr(lw, "wide_lanes", True):
+    if not reads:
         return SUM_LANES
     math_ = any(op is not None and getattr(BUILDERS.get(op.name), "vector_math", False) for _, op in sources)
     for step in ((2 * SUM_LANES, SUM_LANES) if math_ else (SUM_LANES,)):
         for lanes in range(step, MAX_SUM_LANES + 1, step):
             if 4 * lanes <= block and all(repeats_every(g, block, lanes) for g in reads):
-                lw.widened = lw.widened or lanes > SUM_LANES
                 return lanes
     return SUM_LANES
 

@@ -5,6 +5,7 @@ them exact for the polyhedral model later.
 """
 from __future__ import annotations
 
+from math import prod
 from typing import Sequence
 
 from tvm import tirx
@@ -86,16 +87,7 @@ def digit_groups(terms: list[tuple[int, int]], extents: list[int] | tuple[int, .
             groups[-1][1:] = [k, w]
         else:
             groups.append([k, k, w])
-    out = []
-    for k0, k1, w in groups:
-        size = 1
-        for e in extents[k1 + 1:]:
-            size *= e
-        span = 1
-        for e in extents[k0:k1 + 1]:
-            span *= e
-        out.append((size, span, w))
-    return out
+    return [(prod(extents[k1 + 1:]), prod(extents[k0:k1 + 1]), w) for k0, k1, w in groups]
 
 
 def repeats_every(groups: list[tuple[int, int, int]], total: int, width: int) -> bool:

@@ -40,7 +40,6 @@ class Lowered:
     func: Any  # tvm PrimFunc
     params: list[Param]
     roles: dict[str, str] = field(default_factory=dict)
-    widened: bool = False  # some interleaved partial sum has more than SUM_LANES lanes (builders._lane_split)
 
 
 def storage(t: Tensor) -> tuple[tuple[int, ...], str]:
@@ -88,7 +87,6 @@ class Lowerer:
         self.g = g
         # interleaved partial sums may widen past SUM_LANES (to a broadcast operand's period)
         self.wide_lanes = wide_lanes
-        self.widened = False
         # for a schedule that vectorises what it proves contiguous (poly): float32 exp/log/tanh as
         # arithmetic (te/fastmath.py), short-row sums as interleaved lane partials (builders._reduce)
         self.vector_math = vector_math
@@ -182,7 +180,7 @@ class Lowerer:
         except RuntimeError as e:
             raise CompileError(f"create_prim_func failed for {g.name}: {e}") from None
         func = func.with_attr("global_symbol", ident(g.name))
-        return Lowered(ident(g.name), func, in_params + params, dict(self.roles), self.widened)
+        return Lowered(ident(g.name), func, in_params + params, dict(self.roles))
 
 
 def _copy_fn(src: Operand, desc: Tensor):

@@ -54,8 +54,7 @@ def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", c
     try:
         if schedule == "poly":
             from .schedule.poly import poly_schedule
-            mod, report = poly_schedule(low, cfg, relower=lambda: lower(g, vector_math=False),
-                                        narrow=lambda: lower(g, wide_lanes=False))
+            mod, report = poly_schedule(low, cfg, relower=lambda: lower(g, vector_math=False))
         else:
             mod = plain_schedule(low, cfg).mod
         mod, stream_note = mark_stream_outputs(mod, low, cfg)

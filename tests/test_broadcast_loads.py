@@ -86,22 +86,24 @@ def test_plain_schedule_also_loads_stretched_operands_whole():
     assert not check_program(g, prog)
 
 
-def test_isl_timeout_on_wide_partials_retries_with_one_register(monkeypatch):
-    """Wider partials make isl's search longer; when it gives no answer in time, the graph is
-    lowered again with 8-lane partials and scheduled once more, not sent to the plain schedule."""
+def test_isl_timeout_on_wide_partials_serializes_and_keeps_them(monkeypatch):
+    """Wider partials make isl's search longer; when it gives no answer in time, isl schedules each component on its own and the passes fuse from there:
+    the kernel stays on the poly path, with its wide partials."""
     import akgpy.schedule.poly as poly
     real, calls = poly.compute_schedule_bounded, []
 
-    def first_times_out(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 1:
+    def fused_search_times_out(*args, **kwargs):
+        calls.append(kwargs["options"].get("schedule_serialize_sccs", 0))
+        if not calls[-1]:
             raise TimeoutError
         return real(*args, **kwargs)
-    monkeypatch.setattr(poly, "compute_schedule_bounded", first_times_out)
+    monkeypatch.setattr(poly, "compute_schedule_bounded", fused_search_times_out)
     g = _yolo_like(reduce=True)
     prog = akgpy.fuse(g)
     text = prog.explain()
-    assert len(calls) == 2 and "retried with one register of partials" in text, text[:2000]
+    assert calls == [0, 1], calls
+    assert "each strongly connected component scheduled on its own" in text, text[:2000]
     assert "schedule path: poly/isl-ast" in text
-    assert re.search(r"vector: \S+_lanes_update: innermost member split by 8 lanes", text), text[:3000]
+    assert re.search(r"\(i1, i2, kf of S_\w+_lanes_update\)\n.*\nvector: part [\d.]+: innermost member split by 48 lanes",
+                     text), text[:3000]
     assert not check_program(g, prog)

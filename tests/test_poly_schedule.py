@@ -605,3 +605,24 @@ def test_channel_sum_walks_its_input_in_storage_order():
     off = akgpy.fuse(g, config=akgpy.ScheduleConfig(stride1_innermost=False))
     assert "outer parallel dims" not in off.explain()
     assert not check_program(g, prog) and not check_program(g, off)
+
+
+def _flatten_between_computed(rows=16, cols=13):
+    """-x flattened and negated again, the unflattened -x an output too: two computed statements
+    tied by S[i, j] -> T[13i + j]. isl's default search ran past any bound on this."""
+    b = GraphBuilder("flatten")
+    x = b.input("x", (rows, cols))
+    y = -x
+    b.output(-b.reshape(y, (rows * cols,)), y)
+    return b.build()
+
+
+def test_flatten_between_computed_statements_stays_on_the_poly_path():
+    """isl's fused search gave no answer within its bound here; then each component is scheduled
+    on its own (milliseconds) and the passes take it from there: no plain fallback (the rung
+    itself is tested with a forced timeout in test_broadcast_loads.py)."""
+    g = _flatten_between_computed()
+    prog = akgpy.fuse(g, schedule="poly")
+    text = prog.explain()
+    assert text.splitlines()[1].startswith("schedule path: poly/isl-ast"), text[:1500]
+    assert not check_program(g, prog)

@@ -9,6 +9,7 @@ import akgpy
 from akgpy import GraphBuilder
 from akgpy.errors import ArgumentError
 from akgpy.runtime.program import ALIGN, aligned_empty
+from akgpy.testing import check_program
 
 
 def misaligned(a: np.ndarray, offset_bytes: int = 4) -> np.ndarray:
@@ -194,3 +195,17 @@ def test_output_buffers_are_recycled_only_after_the_caller_dropped_them():
     del first
     third = prog(a)[0]  # `first` was dropped: its (already mapped) memory comes back
     assert third.ctypes.data == kept_ptr and (third == 2.0).all() and (second == 6.0).all()
+
+
+@pytest.mark.parametrize("schedule", ["poly", "plain"])
+def test_graph_returning_an_input_unchanged_copies_it(schedule):
+    """No ops at all (a random-graph test drew one): the output is a copy, not the caller's array."""
+    b = GraphBuilder("identity")
+    x = b.input("x", (3, 5))
+    b.output(x)
+    g = b.build()
+    prog = akgpy.fuse(g, schedule=schedule)
+    a = np.arange(15, dtype=np.float32).reshape(3, 5)
+    out, = prog(a)
+    assert out is not a and np.array_equal(out, a)
+    assert not check_program(g, prog)

@@ -1,5 +1,5 @@
 """Polyhedral analysis of a lowered (unscheduled) PrimFunc: model -> dependences -> isl
-schedule -> legality check. Not part of the default compile pipeline yet.
+schedule -> legality check. akgpy/schedule/poly.py runs it for every poly kernel.
 
     low = akgpy.te.lower.lower(graph)
     model = extract(low.func, low.roles)

@@ -28,7 +28,7 @@ from ..poly.explain import tree_lines
 from ..poly.isl_util import maps_of, sets_of
 from ..poly.access import extents
 from ..poly.tree import VECTOR, TreeOptions, shape
-from ..te.builders import LANE_PARTIALS, SUM_LANES
+from ..te.builders import LANE_PARTIALS
 from ..te.lower import Lowered
 from .config import ScheduleConfig, default_config
 from .isl_ast import realize
@@ -38,12 +38,9 @@ from .transpose import copy_parts
 
 
 def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s: float | None = None,
-                  relower: Callable[[], Lowered] | None = None, narrow: Callable[[], Lowered] | None = None):
+                  relower: Callable[[], Lowered] | None = None):
     """(IRModule, report): the report is the explain() text of the decisions. `relower` gives the
-    graph lowered for scalar loops (libm math), which the plain fallback runs faster; `narrow`
-    gives it with interleaved partial sums of SUM_LANES lanes, retried once when isl gives no
-    answer in time for a lowering with wider ones (their quasi-affine digits can make isl's
-    search longer: yolo's 26 x 26 loss sum took 3.5 s at 8 lanes and over 5 s at 24 or 48)."""
+    graph lowered for scalar loops (libm math), which the plain fallback runs faster."""
     cfg = cfg or default_config()
     timeout_s = cfg.isl_timeout_s if timeout_s is None else timeout_s
     report: list[str] = []
@@ -59,17 +56,10 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
             "parallel tiles, epilogue blocks vectorised)")
     t0 = time.perf_counter()
     try:
-        try:
-            func, inlined, rfactored, model, deps, tree = _isl_schedule(low, cfg, timeout_s)
-        except TimeoutError:
-            if narrow is None or not _wide_lanes(_blocks(low.func)):
-                raise
-            report.append(f"isl gave no answer within {timeout_s} s with partial sums wider than a "
-                          "register; retried with one register of partials")
-            low = narrow()
-            func, inlined, rfactored, model, deps, tree = _isl_schedule(low, cfg, timeout_s)
+        func, inlined, rfactored, model, deps, tree = _isl_schedule(low, cfg, timeout_s, report)
     except TimeoutError:
-        return fallback(f"isl scheduler gave no answer within {timeout_s} s")
+        return fallback(f"isl scheduler gave no answer within {timeout_s} s, nor with each "
+                        "strongly connected component scheduled on its own")
     except AkgpyError as e:
         return fallback(f"polyhedral analysis failed: {e}")
     except Exception as e:  # the analysis must never stop a valid graph from compiling
@@ -114,17 +104,36 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
     return ir.IRModule({"main": new_func}), "\n".join(report)
 
 
-def _isl_schedule(low: Lowered, cfg: ScheduleConfig, timeout_s: float):
-    """The pre-passes, the model, its dependences and isl's tree (TimeoutError past the bound)."""
+# the serialized search answers within milliseconds
+SERIALIZED_TIMEOUT_S = 2.0
+
+
+def _isl_schedule(low: Lowered, cfg: ScheduleConfig, timeout_s: float, report: list[str]):
+    """The pre-passes, the model, its dependences and isl's tree (TimeoutError past the bounds).
+
+    isl's default search merges clusters of statements into shared bands, and a dependence
+    that mixes dims (S[i, j] -> T[13i + j]: a Reshape between two computed statements, or a
+    row cut into interleaved partials) can keep that search going for minutes on a graph of
+    three statements. When isl gives no answer in time, it schedules each strongly connected
+    component on its own (schedule_serialize_sccs), which takes milliseconds, and akgpy's
+    passes fuse from there; explain() says so. The fused search keeps its full bound: on yolo
+    ~3153 (1.7 s of isl) it gives code 3x faster than the serialized one."""
     func, inlined, rfactored = _prepass(low, cfg)
     model = extract(func, low.roles)
     deps = dependences(model)
     biggest = max((e for s in model.statements for e in extents(s)), default=1)
     # bounding constant shifts by the largest extent keeps isl from searching for minutes
     # (layernorm.json: 10.5 s -> 0.18 s) and still lets it fuse
-    tree = compute_schedule_bounded(model, deps, timeout_s=timeout_s,
-                                    options={"schedule_max_constant_term": biggest},
-                                    input_reuse=cfg.input_fusion)
+    options = {"schedule_max_constant_term": biggest}
+    try:
+        tree = compute_schedule_bounded(model, deps, timeout_s=timeout_s, options=options,
+                                        input_reuse=cfg.input_fusion)
+    except TimeoutError:
+        tree = compute_schedule_bounded(model, deps, timeout_s=min(timeout_s, SERIALIZED_TIMEOUT_S),
+                                        options={**options, "schedule_serialize_sccs": 1},
+                                        input_reuse=cfg.input_fusion)
+        report.append(f"isl gave no fused schedule within {timeout_s} s; each strongly connected component "
+                      "scheduled on its own (isl's schedule_serialize_sccs), akgpy's passes fuse from there")
     return func, inlined, rfactored, model, deps, tree
 
 
@@ -134,9 +143,6 @@ def _lane_partials(blocks: dict) -> dict[str, int]:
             if n.endswith(LANE_PARTIALS) and b.writes}
 
 
-def _wide_lanes(blocks: dict) -> bool:
-    """Has some interleaved partial sum more lanes than one register of them (SUM_LANES)?"""
-    return any(n > SUM_LANES for n in _lane_partials(blocks).values())
 
 
 def _prepass(low: Lowered, cfg: ScheduleConfig):

@@ -219,8 +219,6 @@ def _lane_split(lw, name: str, xs, inner_axes, exts) -> int:
         return 0
     if prod(exts) < 4 * SUM_LANES or (exts[-1] % SUM_LANES == 0 and exts[-1] >= 2 * SUM_LANES):
         return 0
-    if not lw.wide_lanes:
-        return SUM_LANES
     block = prod(exts)
     sources = list(lw.g.ancestors(name, _elementwise_inputs))
     reads = [digit_groups(t, exts) for t in _broadcast_reads(lw.g, sources, xs, inner_axes)]

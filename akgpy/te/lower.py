@@ -83,10 +83,8 @@ class Operand:
 
 
 class Lowerer:
-    def __init__(self, g: Graph, vector_math: bool = True, wide_lanes: bool = True):
+    def __init__(self, g: Graph, vector_math: bool = True):
         self.g = g
-        # interleaved partial sums may widen past SUM_LANES (to a broadcast operand's period)
-        self.wide_lanes = wide_lanes
         # for a schedule that vectorises what it proves contiguous (poly): float32 exp/log/tanh as
         # arithmetic (te/fastmath.py), short-row sums as interleaved lane partials (builders._reduce)
         self.vector_math = vector_math
@@ -170,7 +168,7 @@ class Lowerer:
             params.append(Param(kind, name, shape, dt))
 
         for name in g.real_outputs:
-            bind("output", name, g.tensors[name], self.env[name])
+            bind("output", name, g.tensors[name], self.operand(name))
         for target in g.inplace_targets():
             bind("inplace", target, g.tensors[target], self.env[target])
         inputs = [(n, self.placeholders[n]) for n in g.inputs if n in self.placeholders]
@@ -201,13 +199,13 @@ def ident(name: str) -> str:
     return s if s and not s[0].isdigit() else f"k_{s}"
 
 
-def lower(g: Graph, *, vector_math: bool = True, wide_lanes: bool = True) -> Lowered:
+def lower(g: Graph, *, vector_math: bool = True) -> Lowered:
     """`vector_math`: build float32 exp/log/tanh from arithmetic, which pays off in vector loops
     (the poly schedule's); in scalar loops libm is faster (yolo softmax, plain: 110 vs 280 ms).
     It also sums contiguous blocks with a short innermost dim as 8 interleaved partials, a vector
-    loop for poly, 2.6x slower in the plain schedule's scalar loops (yolo loss sum); with
-    `wide_lanes`, more than 8 where a broadcast operand's period asks for it."""
-    return Lowerer(g, vector_math, wide_lanes).run()
+    loop for poly, 2.6x slower in the plain schedule's scalar loops (yolo loss sum), more than 8
+    where a broadcast operand's period asks for it."""
+    return Lowerer(g, vector_math).run()
 
 
 def logical(ins: list[Operand], out: Tensor) -> bool:

@@ -1,0 +1,135 @@
+"""Hypothesis: random graphs at the sizes where the CPU schedule's rules switch on.
+
+test_property.py draws dims of 1-9, where no vector, tile or lane rule applies. Here shapes
+mix the dims real networks have (3, 13, 26, 52, 80, 128, ...), large enough that the
+poly schedule vectorises, coalesces broadcast tails, transposes in registers and splits
+reductions into interleaved partials, and the graphs add the layout ops (Transpose,
+Reshape, BroadcastTo), Select, MatMul with whatever follows it as its
+epilogue, and in-place writes. Every graph runs the isl path (a fallback
+would hide a bug of the poly schedule) and must match the numpy reference.
+
+`AKGPY_FUZZ_EXAMPLES=500 pytest tests/test_property_layout.py` fuzzes longer.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import akgpy
+from akgpy import GraphBuilder
+from akgpy.graph.ir import Graph
+from akgpy.testing import check_program
+
+DIMS = [1, 2, 3, 4, 6, 7, 13, 16, 26, 32, 52, 80, 128]
+MAX_ELEMENTS = 1 << 17
+EXAMPLES = int(os.environ.get("AKGPY_FUZZ_EXAMPLES", "12"))
+
+
+@st.composite
+def shapes(draw):
+    rank = draw(st.integers(2, 5))
+    shape = []
+    for _ in range(rank):
+        left = MAX_ELEMENTS // max(math.prod(shape), 1)
+        shape.append(draw(st.sampled_from([d for d in DIMS if d <= left] or [1])))
+    return tuple(shape)
+
+
+def _operand(draw, b, x, n_inputs):
+    """A fresh input broadcast to x along random dims (maybe with fewer leading dims), or a constant."""
+    if draw(st.integers(0, 3)) == 0:
+        return draw(st.sampled_from([0.5, 2.0, -1.25])), n_inputs
+    oshape = tuple(s if draw(st.booleans()) else 1 for s in x.shape)
+    oshape = oshape[draw(st.integers(0, len(oshape) - 1)):]
+    return b.input(f"x{n_inputs}", oshape, x.dtype), n_inputs + 1
+
+
+def _split_or_merge(draw, shape):
+    """A reshape target: two adjacent dims merged, or one dim split into two factors."""
+    if len(shape) >= 2 and draw(st.booleans()):
+        i = draw(st.integers(0, len(shape) - 2))
+        return shape[:i] + (shape[i] * shape[i + 1],) + shape[i + 2:]
+    splittable = [i for i, s in enumerate(shape) if any(s % f == 0 for f in range(2, s))]
+    if not splittable or len(shape) >= 6:
+        return shape
+    i = draw(st.sampled_from(splittable))
+    f = draw(st.sampled_from([f for f in range(2, shape[i]) if shape[i] % f == 0]))
+    return shape[:i] + (f, shape[i] // f) + shape[i + 1:]
+
+
+@st.composite
+def layout_graphs(draw) -> Graph:
+    dtype = draw(st.sampled_from(["float32", "float32", "float16"]))
+    b = GraphBuilder("fuzz")
+    values = [b.input("x0", draw(shapes()), dtype)]
+    n_inputs = 1
+    targets = []
+    for _ in range(draw(st.integers(2, 8))):
+        x = draw(st.sampled_from(values))
+        kind = draw(st.sampled_from(["unary", "binary", "binary", "select", "reduce", "transpose",
+                                     "reshape", "broadcast", "cast", "inplace", "matmul"]))
+        if kind == "unary":
+            u = draw(st.sampled_from(["neg", "abs", "tanh", "exp_neg", "log_pos", "sqrt_pos", "relu"]))
+            y = {"neg": lambda: -x, "abs": lambda: b.abs(x), "tanh": lambda: b.tanh(x),
+                 "exp_neg": lambda: b.exp(-b.abs(x)), "log_pos": lambda: b.log(b.abs(x) + 1.0),
+                 "sqrt_pos": lambda: b.sqrt(b.abs(x) + 0.5), "relu": lambda: b.relu(x)}[u]()
+        elif kind == "binary":
+            other, n_inputs = _operand(draw, b, x, n_inputs)
+            op = draw(st.sampled_from(["add", "sub", "mul", "maximum", "minimum"]))
+            y = getattr(b, op)(x, other) if not isinstance(other, float) or op != "sub" else b.sub(other, x)
+        elif kind == "select":
+            other, n_inputs = _operand(draw, b, x, n_inputs)
+            y = b.select(b.greater(x, other), x, other) if not isinstance(other, float) else \
+                b.select(b.greater(x, b.broadcast_to(other, x.shape, x.dtype)), x, other)
+        elif kind == "reduce":
+            axes = draw(st.lists(st.integers(0, len(x.shape) - 1), min_size=1, max_size=len(x.shape), unique=True))
+            keep = draw(st.booleans())
+            y = b.reduce_sum(x, axes, keep) if draw(st.booleans()) else b.reduce_max(x, axes, keep)
+            if not y.shape:
+                y = y.reshape((1,))
+        elif kind == "transpose":
+            perm = draw(st.permutations(range(len(x.shape))))
+            y = b.transpose(x, perm)
+        elif kind == "reshape":
+            y = b.reshape(x, _split_or_merge(draw, tuple(x.shape)))
+        elif kind == "broadcast":
+            if all(s > 1 for s in x.shape) or math.prod(x.shape) * 16 > MAX_ELEMENTS:
+                continue
+            grown = tuple(s if s > 1 else draw(st.sampled_from([2, 3, 13, 16])) for s in x.shape)
+            if math.prod(grown) > MAX_ELEMENTS:
+                continue
+            y = b.broadcast_to(x, grown, x.dtype)
+        elif kind == "matmul":
+            k = x.shape[-1]
+            n = draw(st.sampled_from([d for d in DIMS if d > 1]))
+            if math.prod(x.shape[:-1]) * n > MAX_ELEMENTS or k > 512:
+                continue
+            w = b.input(f"x{n_inputs}", (k, n), x.dtype)
+            n_inputs += 1
+            y = b.matmul(x.reshape(math.prod(x.shape[:-1]), k), w)
+        elif kind == "cast":
+            y = x.astype("float16" if x.dtype == "float32" else "float32")
+        else:  # in-place: a fresh parameter receives x, as optimizers and BatchNorm statistics do
+            t = b.input(f"x{n_inputs}", x.shape, x.dtype)
+            n_inputs += 1
+            targets.append(b.inplace_assign(t, x))
+            continue
+        values.append(y)
+    outs = [values[-1]] + ([values[len(values) // 2]] if len(values) > 2 and draw(st.booleans()) else [])
+    b.output(*dict.fromkeys(outs + targets, None))
+    return b.build()
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          derandomize="AKGPY_FUZZ_EXAMPLES" not in os.environ)
+@given(g=layout_graphs(), seed=st.integers(0, 2 ** 16))
+def test_random_layout_graphs_match_reference(g: Graph, seed: int):
+    prog = akgpy.fuse(g, schedule="poly")
+    for line in prog.explain().split("== kernel")[1:]:
+        path = line.splitlines()[1]
+        assert path.startswith("schedule path: poly/"), f"{g.describe()}\n{path}"
+    bad = check_program(g, prog, seed=seed)
+    assert not bad, f"{g.describe()}\n" + "\n".join(map(str, bad))

@@ -626,3 +626,17 @@ def test_flatten_between_computed_statements_stays_on_the_poly_path():
     text = prog.explain()
     assert text.splitlines()[1].startswith("schedule path: poly/isl-ast"), text[:1500]
     assert not check_program(g, prog)
+
+
+def test_intermediate_made_and_used_in_one_vector_loop_is_not_one_element():
+    """exp(-|x|) is kept as a statement before the transpose (its math would otherwise run in
+    the transposed order); on [1, 1, 4] both share one vector loop. TVM allocated the
+    intermediate inside that loop, one element, and gave all 4 lanes the same value; the loop
+    is now distributed, so the intermediate lives outside it (a random-graph test found this)."""
+    b = GraphBuilder("unit_transpose")
+    x = b.input("x", (1, 1, 4))
+    b.output(b.transpose(b.exp(-b.abs(x)), (0, 2, 1)))
+    g = b.build()
+    prog = akgpy.fuse(g, schedule="poly")
+    assert "vector: loop c1 distributed into 2 loops" in prog.explain()
+    assert not check_program(g, prog)

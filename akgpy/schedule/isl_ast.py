@@ -136,7 +136,37 @@ class _Gen:
         extent = self.analyzer.simplify(extent)  # vector loops need a constant extent
         if kind == tirx.ForKind.VECTORIZED and not isinstance(extent, tirx.IntImm):
             kind = tirx.ForKind.SERIAL
+        if kind == tirx.ForKind.VECTORIZED:
+            return self.vector_loops(var, lo, extent, body)
         return tirx.For(var, lo, extent, kind or tirx.ForKind.SERIAL, body)
+
+    def vector_loops(self, var, lo, extent, body):
+        """The vector loop, distributed where a statement reads an intermediate that an earlier
+        one in the same loop writes. TVM would allocate that intermediate inside the loop (the
+        innermost one enclosing its uses), one element, and its vectoriser then gives every lane
+        the same element (x [1, 1, 4] -> exp(-|x|) -> transpose: 3 of 4 values wrong). A vector
+        loop carries no dependence (isl proved it coincident), so every producer instance may
+        run before every consumer's; the intermediate then lives outside, a vector long."""
+        local = {b.name for b in self.root.alloc_buffers}
+        segments, written = [[]], set()
+        for st in (list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]):
+            reads, writes = _accessed(st, local)
+            if reads & written:
+                segments.append([])
+                written = set()
+            segments[-1].append(st)
+            written |= writes
+        if len(segments) > 1:
+            self.notes.append(f"vector: loop {var.name} distributed into {len(segments)} loops "
+                              "(an intermediate produced and consumed in it)")
+        loops = []
+        for seg in segments:
+            v = tirx.Var(var.name, var.ty) if loops else var
+            seg_body = seg[0] if len(seg) == 1 else tirx.SeqStmt(seg)
+            if loops:
+                seg_body = tvm_ffi.structural_mutate(seg_body, [(tirx.Var, lambda x, mut: v if x.same_as(var) else x)])
+            loops.append(tirx.For(v, lo, extent, tirx.ForKind.VECTORIZED, seg_body))
+        return loops[0] if len(loops) == 1 else tirx.SeqStmt(loops)
 
     def call(self, e):
         name = e.get_op_arg(0).get_id().get_name()
@@ -358,6 +388,17 @@ _BIN = {
     _O.eq: tirx.EQ, _O.le: tirx.LE, _O.lt: tirx.LT, _O.ge: tirx.GE, _O.gt: tirx.GT,
     _O.and_: tirx.And, _O.and_then: tirx.And, _O.or_: tirx.Or, _O.or_else: tirx.Or,
 }
+
+
+def _accessed(stmt, names: set) -> tuple[set, set]:
+    """(read, written) buffers among `names` of the blocks realised in `stmt`."""
+    reads, writes = set(), set()
+
+    def see(r) -> None:
+        reads.update(x.source.name for x in r.block.reads if x.source.name in names)
+        writes.update(x.source.name for x in r.block.writes if x.source.name in names)
+    tvm_ffi.structural_walk(stmt, [(s_tir.SBlockRealize, see)])
+    return reads, writes
 
 
 def _uses(e, vars_) -> bool:

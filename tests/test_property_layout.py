@@ -8,7 +8,8 @@ Reshape, BroadcastTo), Select, MatMul with whatever follows it as its
 epilogue, and in-place writes. Every graph runs the isl path (a fallback
 would hide a bug of the poly schedule) and must match the numpy reference.
 
-`AKGPY_FUZZ_EXAMPLES=500 pytest tests/test_property_layout.py` fuzzes longer.
+`AKGPY_FUZZ_EXAMPLES=500 pytest tests/test_property_layout.py` fuzzes longer, and
+`AKGPY_FUZZ_MAX_ELEMENTS` raises the size cap (streaming stores start at 1 MiB outputs).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from akgpy.graph.ir import Graph
 from akgpy.testing import check_program
 
 DIMS = [1, 2, 3, 4, 6, 7, 13, 16, 26, 32, 52, 80, 128]
-MAX_ELEMENTS = 1 << 17
+MAX_ELEMENTS = int(os.environ.get("AKGPY_FUZZ_MAX_ELEMENTS", 1 << 17))
 EXAMPLES = int(os.environ.get("AKGPY_FUZZ_EXAMPLES", "12"))
 
 

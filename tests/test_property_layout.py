@@ -13,6 +13,7 @@ would hide a bug of the poly schedule) and must match the numpy reference.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
@@ -62,7 +63,9 @@ def _split_or_merge(draw, shape):
 
 
 @st.composite
-def layout_graphs(draw) -> Graph:
+def layout_graphs(draw, model: bool = False) -> Graph:
+    """A fused subgraph; with `model`, a whole model that may also hold the ops akgpy runs
+    between kernels (Concat, StridedSlice)."""
     dtype = draw(st.sampled_from(["float32", "float32", "float16"]))
     b = GraphBuilder("fuzz")
     values = [b.input("x0", draw(shapes()), dtype)]
@@ -70,8 +73,10 @@ def layout_graphs(draw) -> Graph:
     targets = []
     for _ in range(draw(st.integers(2, 8))):
         x = draw(st.sampled_from(values))
+        # a model graph takes no in-place writes (akgpy says so); it may hold Concat, StridedSlice
         kind = draw(st.sampled_from(["unary", "binary", "binary", "select", "reduce", "transpose",
-                                     "reshape", "broadcast", "cast", "inplace", "matmul"]))
+                                     "reshape", "broadcast", "cast", "matmul"]
+                                    + (["concat", "slice"] if model else ["inplace"])))
         if kind == "unary":
             u = draw(st.sampled_from(["neg", "abs", "tanh", "exp_neg", "log_pos", "sqrt_pos", "relu"]))
             y = {"neg": lambda: -x, "abs": lambda: b.abs(x), "tanh": lambda: b.tanh(x),
@@ -103,6 +108,26 @@ def layout_graphs(draw) -> Graph:
             if math.prod(grown) > MAX_ELEMENTS:
                 continue
             y = b.broadcast_to(x, grown, x.dtype)
+        elif kind == "concat":
+            if 2 * math.prod(x.shape) > MAX_ELEMENTS:
+                continue
+            axis = draw(st.integers(0, len(x.shape) - 1))
+            other = x if draw(st.booleans()) else b.input(f"x{n_inputs}", x.shape, x.dtype)
+            n_inputs += other is not x
+            shape = list(x.shape)
+            shape[axis] *= 2
+            y = b.op("Concat", [x, other], shape, x.dtype, axis=axis)
+        elif kind == "slice":
+            begin, end, strides = [], [], []
+            for n in x.shape:
+                s = draw(st.sampled_from([1, 1, 2, 3, -1]))
+                lo = draw(st.integers(0, n - 1))
+                hi = draw(st.integers(lo + 1, n))
+                begin.append(lo if s > 0 else hi - 1)
+                end.append(hi if s > 0 else (lo - 1 if lo > 0 else -n - 1))
+                strides.append(s)
+            shape = [len(range(*slice(bg, e, s).indices(n))) for n, bg, e, s in zip(x.shape, begin, end, strides)]
+            y = b.op("StridedSlice", [x], shape, x.dtype, begin=begin, end=end, strides=strides)
         elif kind == "matmul":
             k = x.shape[-1]
             n = draw(st.sampled_from([d for d in DIMS if d > 1]))
@@ -121,7 +146,8 @@ def layout_graphs(draw) -> Graph:
         values.append(y)
     outs = [values[-1]] + ([values[len(values) // 2]] if len(values) > 2 and draw(st.booleans()) else [])
     b.output(*dict.fromkeys(outs + targets, None))
-    return b.build()
+    g = b.build()
+    return dataclasses.replace(g, kind="model") if model else g
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow],
@@ -132,5 +158,17 @@ def test_random_layout_graphs_match_reference(g: Graph, seed: int):
     for line in prog.explain().split("== kernel")[1:]:
         path = line.splitlines()[1]
         assert path.startswith("schedule path: poly/"), f"{g.describe()}\n{path}"
+    bad = check_program(g, prog, seed=seed)
+    assert not bad, f"{g.describe()}\n" + "\n".join(map(str, bad))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          derandomize="AKGPY_FUZZ_EXAMPLES" not in os.environ)
+@given(g=layout_graphs(model=True), max_ops=st.integers(1, 6), seed=st.integers(0, 2 ** 16))
+def test_random_layout_models_match_reference(g: Graph, max_ops: int, seed: int):
+    """The same graphs as whole models, with Concat and StridedSlice between kernels, cut into
+    groups of at most `max_ops` ops."""
+    from akgpy.fusion import Limits
+    prog = akgpy.fuse(g, limits=Limits(max_ops=max_ops))
     bad = check_program(g, prog, seed=seed)
     assert not bad, f"{g.describe()}\n" + "\n".join(map(str, bad))

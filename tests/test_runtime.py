@@ -197,6 +197,30 @@ def test_output_buffers_are_recycled_only_after_the_caller_dropped_them():
     assert third.ctypes.data == kept_ptr and (third == 2.0).all() and (second == 6.0).all()
 
 
+
+def test_every_output_of_one_size_is_recycled(monkeypatch):
+    """Four outputs of one size: after the first calls, no call allocates (two kept per size
+    re-allocated two buffers a call: 40 MB ones were fresh mmaps, 19.3 -> 12.7 ms a call)."""
+    from akgpy.runtime.program import OutputPool
+    made = []
+    real = OutputPool._new
+    monkeypatch.setattr(OutputPool, "_new", staticmethod(lambda n: made.append(n) or real(n)))
+    b = akgpy.GraphBuilder("four")
+    x = b.input("x", (512, 1024))
+    b.output(x + 1.0, x * 2.0, x - 3.0, -x)
+    prog = akgpy.fuse(b.build())
+    a = np.ones((512, 1024), np.float32)
+    out = None
+    for _ in range(3):  # the caller still holds the last results while it calls again
+        out = prog(a)
+    assert len(made) == 8 and [float(o[0, 0]) for o in out] == [2.0, 2.0, -2.0, -1.0]
+    for _ in range(3):
+        out = prog(a)
+    del out
+    for _ in range(3):
+        prog(a)
+    assert len(made) == 8
+
 @pytest.mark.parametrize("schedule", ["poly", "plain"])
 def test_graph_returning_an_input_unchanged_copies_it(schedule):
     """No ops at all (a random-graph test drew one): the output is a copy, not the caller's array."""

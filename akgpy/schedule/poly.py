@@ -143,8 +143,6 @@ def _lane_partials(blocks: dict) -> dict[str, int]:
             if n.endswith(LANE_PARTIALS) and b.writes}
 
 
-
-
 def _prepass(low: Lowered, cfg: ScheduleConfig):
     """(func after inlining and row rfactor, inlined block names, rfactored block names)."""
     sch = s_tir.Schedule(low.func)

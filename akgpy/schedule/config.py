@@ -27,7 +27,9 @@ class ScheduleConfig:
     stride1_innermost: bool = True  # move the dim walking the largest array with stride 1 innermost
     fusion_depth: int = 8  # most isl band members kept as loops shared by fused statements; 0 = none
     input_fusion: bool = True  # isl's proximity includes two statements reading one input element
-    isl_timeout_s: float = 5.0  # wall-clock bound on isl's scheduler, then the plain schedule runs
+    # wall-clock bound on isl's fused search; past it isl schedules each strongly connected
+    # component on its own (milliseconds), and only if that fails too does the plain schedule run
+    isl_timeout_s: float = 5.0
     # vector registers per op for an elementwise statement that rounds to float16 after many ops:
     # each rounding is a conversion pair with long latency, so more independent lanes in flight
     chain_registers: int = 4

@@ -10,8 +10,10 @@ nest is generated from isl's AST.
     codegen     isl AST -> TIR (schedule/isl_ast.py); TVM's LLVM backend compiles it
 
 Contractions (MatMul/Conv2D) take the register-tiled template of plain.py ("poly/template").
-When isl gives no answer in time, or any step fails, the plain schedule runs and explain() says
-why; a shaped tree that fails the legality check is replaced by isl's own tree, also checked.
+When isl's fused search gives no answer in time, isl schedules each strongly connected component
+on its own and the passes fuse from there; when that fails too, or any step fails, the plain
+schedule runs and explain() says why. A shaped tree that fails the legality check is replaced by
+isl's own tree, also checked.
 """
 from __future__ import annotations
 

@@ -87,8 +87,9 @@ def test_plain_schedule_also_loads_stretched_operands_whole():
 
 
 def test_isl_timeout_on_wide_partials_serializes_and_keeps_them(monkeypatch):
-    """Wider partials make isl's search longer; when it gives no answer in time, isl schedules each component on its own and the passes fuse from there:
-    the kernel stays on the poly path, with its wide partials."""
+    """Wider partials make isl's search longer; when it gives no answer in time, isl schedules
+    each component on its own and the passes fuse from there: the kernel stays on the poly
+    path, with its wide partials."""
     import akgpy.schedule.poly as poly
     real, calls = poly.compute_schedule_bounded, []
 

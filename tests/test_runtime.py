@@ -197,7 +197,6 @@ def test_output_buffers_are_recycled_only_after_the_caller_dropped_them():
     assert third.ctypes.data == kept_ptr and (third == 2.0).all() and (second == 6.0).all()
 
 
-
 def test_every_output_of_one_size_is_recycled(monkeypatch):
     """Four outputs of one size: after the first calls, no call allocates (two kept per size
     re-allocated two buffers a call: 40 MB ones were fresh mmaps, 19.3 -> 12.7 ms a call)."""
@@ -220,6 +219,7 @@ def test_every_output_of_one_size_is_recycled(monkeypatch):
     for _ in range(3):
         prog(a)
     assert len(made) == 8
+
 
 @pytest.mark.parametrize("schedule", ["poly", "plain"])
 def test_graph_returning_an_input_unchanged_copies_it(schedule):

@@ -53,6 +53,7 @@ class OutputPool:
         self._lent: list[tuple[np.ndarray, int]] = []
         self._free: dict[int, list[tuple[np.ndarray, int]]] = {}
         self._bytes: dict[tuple, int] = {}  # (shape, dtype) -> bytes: np.prod costs 5 us a call
+        self._out: dict[int, int] = {}  # size -> buffers of it lent now
         self._peak: dict[int, int] = {}  # size -> most buffers of it lent at once
 
     def take(self, shape, dtype) -> np.ndarray:
@@ -65,8 +66,9 @@ class OutputPool:
         bucket = self._free.get(n + ALIGN)
         entry = bucket.pop() if bucket else self._new(n)
         self._lent.append(entry)
-        out = sum(e[0].size == n + ALIGN for e in self._lent)
-        self._peak[n + ALIGN] = max(self._peak.get(n + ALIGN, 0), out)
+        size = n + ALIGN
+        self._out[size] = out = self._out.get(size, 0) + 1
+        self._peak[size] = max(self._peak.get(size, 0), out)
         raw, off = entry
         return raw[off:off + n].view(dtype).reshape(shape)
 
@@ -76,6 +78,7 @@ class OutputPool:
             # referenced by the tuple and getrefcount's argument only: no views left
             if sys.getrefcount(entry[0]) <= 2:
                 size = entry[0].size
+                self._out[size] -= 1
                 bucket = self._free.setdefault(size, [])
                 if len(bucket) < max(self.KEEP, self._peak.get(size, 0)):
                     bucket.append(entry)

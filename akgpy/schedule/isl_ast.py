@@ -58,6 +58,7 @@ class _Gen:
         realizes = []
         tvm_ffi.structural_walk(func.body, [(s_tir.SBlockRealize, realizes.append)], order="pre")
         self.root = next(r.block for r in realizes if r.block.name_hint == "root")
+        self.intermediates = {b.name for b in self.root.alloc_buffers}
         blocks = {r.block.name_hint: r.block for r in realizes if r.block.name_hint != "root"}
         self.stmts = {}
         for s in model.statements:
@@ -147,10 +148,9 @@ class _Gen:
         the same element (x [1, 1, 4] -> exp(-|x|) -> transpose: 3 of 4 values wrong). A vector
         loop carries no dependence (isl proved it coincident), so every producer instance may
         run before every consumer's; the intermediate then lives outside, a vector long."""
-        local = {b.name for b in self.root.alloc_buffers}
         segments, written = [[]], set()
         for st in (list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]):
-            reads, writes = _accessed(st, local)
+            reads, writes = _accessed(st, self.intermediates)
             if reads & written:
                 segments.append([])
                 written = set()
@@ -160,12 +160,12 @@ class _Gen:
             self.notes.append(f"vector: loop {var.name} distributed into {len(segments)} loops "
                               "(an intermediate produced and consumed in it)")
         loops = []
-        for seg in segments:
-            v = tirx.Var(var.name, var.ty) if loops else var
-            seg_body = seg[0] if len(seg) == 1 else tirx.SeqStmt(seg)
-            if loops:
-                seg_body = tvm_ffi.structural_mutate(seg_body, [(tirx.Var, lambda x, mut: v if x.same_as(var) else x)])
-            loops.append(tirx.For(v, lo, extent, tirx.ForKind.VECTORIZED, seg_body))
+        for i, seg in enumerate(segments):
+            v, stmt = var, (seg[0] if len(seg) == 1 else tirx.SeqStmt(seg))
+            if i:  # every loop binds its own iterator
+                v = tirx.Var(var.name, var.ty)
+                stmt = tvm_ffi.structural_mutate(stmt, [(tirx.Var, lambda x, mut: v if x.same_as(var) else x)])
+            loops.append(tirx.For(v, lo, extent, tirx.ForKind.VECTORIZED, stmt))
         return loops[0] if len(loops) == 1 else tirx.SeqStmt(loops)
 
     def call(self, e):

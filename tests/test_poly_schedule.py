@@ -11,7 +11,7 @@ import akgpy
 from akgpy import GraphBuilder
 from akgpy.testing import check_program
 
-from .conftest import CORPUS
+from .conftest import CORPUS, WIDE
 
 
 def _softmax(rows=64, cols=128):
@@ -419,7 +419,7 @@ def test_long_rows_split_into_chunks_still_sum_in_vector_partials():
     x = b.input("x", (64, 8192))
     b.output(b.reduce_sum(b.exp(x * 0.01), axis=(1,)))
     g = b.build()
-    prog = akgpy.fuse(g)
+    prog = akgpy.fuse(g, config=WIDE)
     text = prog.explain()
     assert "rfactor): ReduceSum_2_partial" in text, text[:2000]
     assert re.search(r"vector: \S+_partial_rf_update: innermost member split by 16 lanes", text), text[:3000]
@@ -442,7 +442,7 @@ def test_transposes_run_in_registers(shape, perm, dtype, cast, tile):
     x = b.input("x", shape, dtype)
     b.output(b.transpose(b.cast(x, cast) if cast else x, perm))
     g = b.build()
-    prog = akgpy.fuse(g, schedule="poly")
+    prog = akgpy.fuse(g, schedule="poly", config=WIDE)
     text = prog.explain()
     assert f"each tile ({tile}) is transposed in registers" in text, text[:3000]
     assert "codegen:" not in text and "T.Shuffle" in prog.kernels[0].tir
@@ -517,14 +517,14 @@ def test_float16_rounding_chains_get_wider_vectors():
     with many of them runs 4 registers per vector op, so more independent lanes are in flight;
     the knob turns it off, and float32 math (no roundings) keeps one register."""
     g = _gelu_tanh("float16")
-    wide = akgpy.fuse(g, schedule="poly")
+    wide = akgpy.fuse(g, schedule="poly", config=WIDE)
     assert "split by 128 lanes (4 registers per op" in wide.explain()
     assert "T.vectorized(128)" in wide.kernels[0].tir
     assert not check_program(g, wide)
     narrow = akgpy.fuse(g, schedule="poly", config=akgpy.ScheduleConfig(chain_registers=1))
     assert "registers per op" not in narrow.explain() and "T.vectorized(32)" in narrow.kernels[0].tir
     assert not check_program(g, narrow)
-    assert "registers per op" not in akgpy.fuse(_gelu_tanh("float32"), schedule="poly").explain()
+    assert "registers per op" not in akgpy.fuse(_gelu_tanh("float32"), schedule="poly", config=WIDE).explain()
 
 
 def test_sums_of_vector_math_keep_twice_the_float64_partials():
@@ -539,7 +539,7 @@ def test_sums_of_vector_math_keep_twice_the_float64_partials():
         return b.build()
     for kind, lanes in [("math", 16), ("cast", 8)]:
         g = row_sum(kind)
-        prog = akgpy.fuse(g, schedule="poly")
+        prog = akgpy.fuse(g, schedule="poly", config=WIDE)
         assert re.search(rf"vector: S_\w+_rf_update: innermost member split by {lanes} lanes", prog.explain()), kind
         assert not check_program(g, prog)
 
@@ -566,7 +566,7 @@ def test_isl_parts_sharing_their_rows_run_under_one_loop():
     parts, each over all 2048 rows; merged, each row is read once for both."""
     path = next((CORPUS / "networks" / "bert_base").glob("*_15797801861397653896.info"))
     g = akgpy.load_composite(path)
-    prog = akgpy.fuse(g, config=akgpy.ScheduleConfig(vector_bytes=64))  # 64-lane vector loops on any host
+    prog = akgpy.fuse(g, config=WIDE)
     text = prog.kernels[0].explain()
     assert "top-level parts share their outer parallel loop" in text and "merged into 1" in text
     ast = text[text.index("== isl AST"):text.index("== scheduled TIR")]
@@ -580,7 +580,7 @@ def test_merged_parts_still_coalesce_short_trailing_dims():
     keep their vector loops: the trailing dims coalesce down to the part's first loop, since
     the shared loop outside already runs in parallel (they had become scalar loops)."""
     path = next((CORPUS / "networks" / "yolov3_darknet53").glob("*_17202220326050881751.info"))
-    text = akgpy.fuse(akgpy.load_composite(path), config=akgpy.ScheduleConfig(vector_bytes=64)).kernels[0].explain()
+    text = akgpy.fuse(akgpy.load_composite(path), config=WIDE).kernels[0].explain()
     merged = [ln for ln in text.splitlines() if re.match(r"(vector|order): part \d+\.\d+:", ln)]
     assert merged and not any("scalar" in ln for ln in merged), "\n".join(merged)
     assert any("members 0..2 coalesced" in ln for ln in merged)
@@ -595,7 +595,7 @@ def test_channel_sum_walks_its_input_in_storage_order():
     x = b.input("x", (8, 16, 57, 57))
     b.output(b.reduce_sum(x, axis=(0, 2, 3)))
     g = b.build()
-    prog = akgpy.fuse(g)
+    prog = akgpy.fuse(g, config=WIDE)
     text = prog.explain()
     hit = re.search(r"order: (\S+_lanes_update): outer parallel dims by their stride in its largest array: "
                     r"\['i0', 'i2', 'i1', 'kf'\]", text)

@@ -52,6 +52,9 @@ PARALLEL, VECTOR, TRANSPOSE = "parallel", "vector", "transpose"
 class TreeOptions:
     lanes: dict[str, int] = field(default_factory=dict)  # statement -> vector lanes (1: no vector)
     registers: dict[str, int] = field(default_factory=dict)  # statement -> vector registers per op (default 1)
+    # reduction update -> vector registers per op when it runs as a column reduction (the block of
+    # columns outermost): as many as two cache lines of its input per row step take
+    column_registers: dict[str, int] = field(default_factory=dict)
     copies: frozenset = frozenset()  # statements whose value is one load (maybe cast): they may transpose in registers
     tile: tuple[int, ...] = ()  # explicit tile sizes for fused bands; () = cache model
     l1_bytes: int = 32 * 1024
@@ -171,14 +174,16 @@ def _extent_of(model: PolyModel, stmts, exprs, q) -> int:
     return ext
 
 
-def _vector_split(model, opts, stmts, exprs, coincident, q, notes, where, isolate=None, tail=None) -> bool:
+def _vector_split(model, opts, stmts, exprs, coincident, q, notes, where, isolate=None, tail=None,
+                  widen: tuple[int, str] | None = None) -> bool:
     """Split member q (the innermost) into floor(d/L), d mod L when every statement walks its
     written array with stride 1 along it; True when done (member q+1 is the vector). With
     `isolate` (a dict), an extent with no good divisor but room for two full registers splits
     by a whole register anyway: isolate[q] = the last full block, and the remainder runs as
     a shorter vector loop of its own (255 f64 sums: 31 x 8 + 7, not 51 x 5). With `tail` (the
     coalesced dims of each statement), the vector may span up to 4 registers so that every
-    broadcast operand's lanes read the same offsets in each vector (`_gather_registers`)."""
+    broadcast operand's lanes read the same offsets in each vector (`_gather_registers`). With
+    `widen` (registers, reason), the vector spans that many registers where the extent allows."""
     lanes = min(opts.lanes.get(s.name, 1) for s in stmts)
     if lanes < 4 or not coincident[q]:
         return False
@@ -197,7 +202,8 @@ def _vector_split(model, opts, stmts, exprs, coincident, q, notes, where, isolat
         notes.append(f"vector: {where}: extent {ext} has no divisor in [4, {lanes}]; scalar")
         return False
     # one chain widens the loop it shares with cheap elementwise statements, not a reduction's
-    regs = max(opts.registers.get(s.name, 1) for s in stmts) if all(s.kind == "compute" for s in stmts) else 1
+    regs, why = widen or (max(opts.registers.get(s.name, 1) for s in stmts) if all(s.kind == "compute" for s in stmts)
+                          else 1, "a latency-bound chain of float16 roundings")
     while regs > 1 and (rest or isolate is None or ext % (L * regs)):
         regs //= 2
     gather = _gather_registers(opts, stmts, tail, L, ext) if tail is not None and not rest else 1
@@ -207,7 +213,7 @@ def _vector_split(model, opts, stmts, exprs, coincident, q, notes, where, isolat
                 f"the same offsets, one load and a shuffle)")
     elif regs > 1:
         L *= regs
-        rest = f" ({regs} registers per op: a latency-bound chain of float16 roundings)"
+        rest = f" ({regs} registers per op: {why})"
     for s in stmts:
         e = exprs[s.name][q]
         exprs[s.name][q:q + 1] = [f"floor(({e}) / {L})", f"({e}) mod {L}"]
@@ -305,9 +311,12 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
     if got is not None:
         exprs, coincident, sizes = got
         mark[len(coincident) - len(sizes)] = TRANSPOSE
+    column = not pinned and last > 0 and not coincident[0]
+    widen = (opts.column_registers.get(s.name, 1), "each row step reads two whole cache lines of the "
+             "input, in independent add chains") if column else None
     split = got is None and dims[last] in writes and _vector_split(model, opts, [s], exprs, coincident, last,
-                                                                   notes, s.name, isolate)
-    if split and not pinned and not coincident[0]:
+                                                                   notes, s.name, isolate, widen=widen)
+    if split and column:
         # a column reduction: the block of columns goes outermost, so blocks run in parallel
         # and each step of the reduction reads one contiguous vector per row
         exprs[s.name].insert(0, exprs[s.name].pop(last))

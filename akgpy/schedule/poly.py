@@ -28,7 +28,7 @@ from ..errors import AkgpyError
 from ..poly import IllegalSchedule, compute_schedule_bounded, dependences, describe, extract
 from ..poly.explain import tree_lines
 from ..poly.isl_util import maps_of, sets_of
-from ..poly.access import extents
+from ..poly.access import array_size, extents
 from ..poly.tree import VECTOR, TreeOptions, shape
 from ..te.builders import LANE_PARTIALS
 from ..te.lower import Lowered
@@ -223,6 +223,9 @@ def _scalar_math_statements(func, model, schedule: isl.Schedule) -> list[str] | 
 # conversion pairs: 4 registers per op ran the bert GELU graphs 21-26% faster (A/B timed), while
 # plain float32 math and reductions gained nothing or lost
 CHAIN_ROUNDINGS = 6
+# a column reduction's vector covers two cache lines of its input per row step (an adjacent
+# pair, which the L2 prefetcher fetches together), in at most this many registers of partials
+LINE_BITS, COLUMN_REGISTERS = 1024, 16
 
 
 def _roundings(block) -> int:
@@ -258,11 +261,19 @@ def _tree_options(func, model, cfg: ScheduleConfig) -> TreeOptions:
         n = partials.get(s.block, 0)
         if n > lanes[s.name] and n % lanes[s.name] == 0:
             lanes[s.name] = n
+    # a column sum of [2048, 3072] float16 reading 4 per row step (one float64 register of AVX2)
+    # ran 5.7 ms: each step another page, one add chain; 64 per step (16 registers) 0.6 ms
+    column = {}
+    for s in model.statements:
+        big = max(maps_of(s.reads), key=array_size, default=None) if s.kind == "update" else None
+        if big is not None:
+            read_bits = bits.get(model.arrays.get(big.get_tuple_name(isl.dim_type.out), ""), 32)
+            column[s.name] = max(1, min(COLUMN_REGISTERS, LINE_BITS // (lanes[s.name] * read_bits)))
     registers = {s.name: cfg.chain_registers for s in model.statements
                  if s.kind == "compute" and s.block in blocks and _roundings(blocks[s.block]) >= CHAIN_ROUNDINGS}
     copies = frozenset(s.name for s in model.statements
                        if s.kind == "compute" and s.block in blocks and copy_parts(blocks[s.block]) is not None)
-    return TreeOptions(lanes=lanes, registers=registers, copies=copies, tile=cfg.tile, l1_bytes=cfg.l1_bytes,
+    return TreeOptions(lanes=lanes, registers=registers, column_registers=column, copies=copies, tile=cfg.tile, l1_bytes=cfg.l1_bytes,
                        stride1_innermost=cfg.stride1_innermost, fusion_depth=cfg.fusion_depth, parallel=cfg.parallel,
                        min_parallel=cfg.min_parallel, min_parallel_work=cfg.min_parallel_work,
                        input_fusion=cfg.input_fusion, shapes=shapes)

@@ -318,7 +318,7 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
                                                                    notes, s.name, isolate, widen=widen)
     if split and column:
         # a column reduction: the block of columns goes outermost, so blocks run in parallel
-        # and each step of the reduction reads one contiguous vector per row
+        # and each step of the reduction reads one contiguous block per row
         exprs[s.name].insert(0, exprs[s.name].pop(last))
         coincident.insert(0, coincident.pop(last))
         isolate = {0: isolate[last]} if last in isolate else {}

@@ -542,7 +542,7 @@ def test_float16_rounding_chains_get_wider_vectors():
     assert "split by 128 lanes (4 registers per op" in wide.explain()
     assert "T.vectorized(128)" in wide.kernels[0].tir
     assert not check_program(g, wide)
-    narrow = akgpy.fuse(g, schedule="poly", config=akgpy.ScheduleConfig(chain_registers=1))
+    narrow = akgpy.fuse(g, schedule="poly", config=WIDE.replace(chain_registers=1))
     assert "registers per op" not in narrow.explain() and "T.vectorized(32)" in narrow.kernels[0].tir
     assert not check_program(g, narrow)
     assert "registers per op" not in akgpy.fuse(_gelu_tanh("float32"), schedule="poly", config=WIDE).explain()

@@ -201,9 +201,11 @@ def _vector_split(model, opts, stmts, exprs, coincident, q, notes, where, isolat
     if L < 4:
         notes.append(f"vector: {where}: extent {ext} has no divisor in [4, {lanes}]; scalar")
         return False
-    # one chain widens the loop it shares with cheap elementwise statements, not a reduction's
-    regs, why = widen or (max(opts.registers.get(s.name, 1) for s in stmts) if all(s.kind == "compute" for s in stmts)
-                          else 1, "a latency-bound chain of float16 roundings")
+    if widen is not None:
+        regs, why = widen
+    else:  # one chain widens the loop it shares with cheap elementwise statements, not a reduction's
+        regs = max(opts.registers.get(s.name, 1) for s in stmts) if all(s.kind == "compute" for s in stmts) else 1
+        why = "a latency-bound chain of float16 roundings"
     while regs > 1 and (rest or isolate is None or ext % (L * regs)):
         regs //= 2
     gather = _gather_registers(opts, stmts, tail, L, ext) if tail is not None and not rest else 1

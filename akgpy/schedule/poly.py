@@ -224,7 +224,9 @@ def _scalar_math_statements(func, model, schedule: isl.Schedule) -> list[str] | 
 # plain float32 math and reductions gained nothing or lost
 CHAIN_ROUNDINGS = 6
 # a column reduction's vector covers two cache lines of its input per row step, in at most this
-# many registers of partials (the float16 column sum below: one line 1.1-2.5 ms, two 0.6-0.7 ms)
+# many registers of float64 partials. bert's [2048, 3072] float16 column sum (AVX2, 2 threads):
+# 4 columns per step (one register; every step another page, one add chain) 5.7 ms, one line
+# 1.1-2.5 ms, two lines 0.6-0.7 ms
 LINE_BITS, COLUMN_REGISTERS = 1024, 16
 
 
@@ -250,9 +252,11 @@ def _tree_options(func, model, cfg: ScheduleConfig) -> TreeOptions:
         if buf in params:
             shapes[isl_name] = params[buf]
     lanes, partials = {}, _lane_partials(blocks)
+    def array_bits(m) -> int:
+        return bits.get(model.arrays.get(m.get_tuple_name(isl.dim_type.out), ""), 32)
+
     for s in model.statements:
-        wide = max((bits.get(model.arrays.get(m.get_tuple_name(isl.dim_type.out), ""), 32)
-                    for m in maps_of(s.writes)), default=32)
+        wide = max(map(array_bits, maps_of(s.writes)), default=32)
         if s.kind == "update" and s.block.endswith("_rf") and s.block in blocks and wide_partials(blocks[s.block]):
             wide //= 2  # the partials of vector math: as many lanes as their float32 source
         lanes[s.name] = max(cfg.vector_bytes * 8 // max(wide, 8), 1)
@@ -261,22 +265,19 @@ def _tree_options(func, model, cfg: ScheduleConfig) -> TreeOptions:
         n = partials.get(s.block, 0)
         if n > lanes[s.name] and n % lanes[s.name] == 0:
             lanes[s.name] = n
-    # a column sum of [2048, 3072] float16 reading 4 per row step (one float64 register of AVX2)
-    # ran 5.7 ms: each step another page, one add chain; 64 per step (16 registers) 0.6 ms
     column = {}
     for s in model.statements:
         big = max(maps_of(s.reads), key=array_size, default=None) if s.kind == "update" else None
         if big is not None:
-            read_bits = bits.get(model.arrays.get(big.get_tuple_name(isl.dim_type.out), ""), 32)
-            column[s.name] = max(1, min(COLUMN_REGISTERS, LINE_BITS // (lanes[s.name] * read_bits)))
+            column[s.name] = max(1, min(COLUMN_REGISTERS, LINE_BITS // (lanes[s.name] * array_bits(big))))
     registers = {s.name: cfg.chain_registers for s in model.statements
                  if s.kind == "compute" and s.block in blocks and _roundings(blocks[s.block]) >= CHAIN_ROUNDINGS}
     copies = frozenset(s.name for s in model.statements
                        if s.kind == "compute" and s.block in blocks and copy_parts(blocks[s.block]) is not None)
     return TreeOptions(lanes=lanes, registers=registers, column_registers=column, copies=copies, tile=cfg.tile,
-                       l1_bytes=cfg.l1_bytes, stride1_innermost=cfg.stride1_innermost, fusion_depth=cfg.fusion_depth, parallel=cfg.parallel,
-                       min_parallel=cfg.min_parallel, min_parallel_work=cfg.min_parallel_work,
-                       input_fusion=cfg.input_fusion, shapes=shapes)
+                       l1_bytes=cfg.l1_bytes, stride1_innermost=cfg.stride1_innermost,
+                       fusion_depth=cfg.fusion_depth, parallel=cfg.parallel, min_parallel=cfg.min_parallel,
+                       min_parallel_work=cfg.min_parallel_work, input_fusion=cfg.input_fusion, shapes=shapes)
 
 
 def _block_names(sch) -> list[str]:

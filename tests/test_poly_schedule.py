@@ -233,6 +233,8 @@ def test_config_rejects_nonsense():
         akgpy.ScheduleConfig(tile_i=0)
     with pytest.raises(akgpy.errors.CompileError, match="chain_registers"):
         akgpy.ScheduleConfig(chain_registers=0)
+    with pytest.raises(akgpy.errors.CompileError, match="narrow_transpose_bytes"):
+        akgpy.ScheduleConfig(narrow_transpose_bytes=-16)
 
 
 def test_fused_band_puts_the_stride1_member_innermost():
@@ -467,6 +469,22 @@ def test_transposes_run_in_registers(shape, perm, dtype, cast, tile):
     text = prog.explain()
     assert f"each tile ({tile}) is transposed in registers" in text, text[:3000]
     assert "codegen:" not in text and "T.Shuffle" in prog.kernels[0].tir
+    assert not check_program(g, prog)
+
+
+@pytest.mark.parametrize("dtype,narrow,tile,vector", [
+    ("float16", 16, "8 x 9", "float16x8"),  # AVX2's default: no 16-bit permute across register halves
+    ("float16", 0, "16 x 9", "float16x16"),  # 0: the vector width
+    ("float32", 16, "8 x 9", "float32x8"),  # 32-bit elements keep whole registers
+])
+def test_narrow_elements_transpose_in_narrower_registers(dtype, narrow, tile, vector):
+    b = GraphBuilder("narrow_transpose")
+    x = b.input("x", (4, 3, 3, 256), dtype)
+    b.output(b.transpose(x, (0, 3, 1, 2)))
+    g = b.build()
+    prog = akgpy.fuse(g, config=akgpy.ScheduleConfig(vector_bytes=32, narrow_transpose_bytes=narrow))
+    assert f"each tile ({tile}) is transposed in registers" in prog.explain()
+    assert f"T.let[T.{vector}]" in prog.kernels[0].tir
     assert not check_program(g, prog)
 
 

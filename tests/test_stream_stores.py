@@ -130,6 +130,23 @@ def _unaligned_rows(A: T.Buffer((85 * 256,)), B: T.Buffer((85 * 256,))):
             B[T.Ramp(r * 85 + j * 16, 1, 16)] = A[T.Ramp(r * 85 + j * 16, 1, 16)]
 
 
+@T.prim_func
+def _tile_rows(A: T.Buffer((24576,)), B: T.Buffer((24576,))):
+    T.func_attr({"global_symbol": "tile_rows", "tirx.noalias": True})
+    for i in range(1024):  # three consecutive 8-lane stores per step, as a transposed tile's block
+        B[T.Ramp(i * 24 + 16, 1, 8)] = A[T.Ramp(i * 24, 1, 8)]
+        B[T.Ramp(i * 24, 1, 8)] = A[T.Ramp(i * 24 + 8, 1, 8)]
+        B[T.Ramp(i * 24 + 8, 1, 8)] = A[T.Ramp(i * 24 + 16, 1, 8)]
+
+
+@T.prim_func
+def _tile_rows_gap(A: T.Buffer((24576,)), B: T.Buffer((24576,))):
+    T.func_attr({"global_symbol": "tile_rows_gap", "tirx.noalias": True})
+    for i in range(1024):  # the middle third of each step is never written
+        B[T.Ramp(i * 24, 1, 8)] = A[T.Ramp(i * 24, 1, 8)]
+        B[T.Ramp(i * 24 + 16, 1, 8)] = A[T.Ramp(i * 24 + 16, 1, 8)]
+
+
 def _source(mod) -> str:
     return llvm.build(mod, "llvm").mod.inspect_source("ll")
 
@@ -140,3 +157,6 @@ def test_only_stores_that_fill_whole_lines_stream():
     assert "!nontemporal" not in _source(_marked(_strided_half_lines, 1 << 18))
     assert "!nontemporal" not in _source(_marked(_unaligned_rows, 85 * 256 * 4))
     assert "!nontemporal" not in _source(tvm.IRModule({"main": _whole_lines}))  # not marked
+    stores = [ln for ln in _source(_marked(_tile_rows, 24576 * 4)).splitlines() if " store <" in ln]
+    assert stores and all(("!nontemporal" in ln) == X86 for ln in stores)  # all three, not some
+    assert "!nontemporal" not in _source(_marked(_tile_rows_gap, 24576 * 4))

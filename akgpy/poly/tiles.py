@@ -44,6 +44,8 @@ def register_transpose_tile(stmts, exprs, coincident, opts, notes, where):
     rows = [d for d in order[order.index(r) + 1:] if s.dims[d] in names]
     ext = extents(s)
     lanes = opts.lanes.get(s.name, 1)
+    if (narrow := opts.transpose_lanes.get(s.name)) and ext[r] % narrow == 0:
+        lanes = narrow  # narrower registers only where each tile's rows fill them
     W = pow2_lanes(ext[r], lanes)
     if W < max(4, lanes // 2):  # else whole rows up to two registers (52: LLVM splits 32 + 16 + 4)
         W = max((d for d in range(max(4, lanes // 2), 2 * lanes + 1) if ext[r] % d == 0), default=0)

@@ -56,6 +56,7 @@ class TreeOptions:
     # columns outermost): as many as two cache lines of its input per row step take
     column_registers: dict[str, int] = field(default_factory=dict)
     copies: frozenset = frozenset()  # statements whose value is one load (maybe cast): they may transpose in registers
+    transpose_lanes: dict[str, int] = field(default_factory=dict)  # copy -> lanes of its register transpose, if not `lanes`
     tile: tuple[int, ...] = ()  # explicit tile sizes for fused bands; () = cache model
     l1_bytes: int = 32 * 1024
     elem_bytes: int = 4

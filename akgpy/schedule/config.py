@@ -36,6 +36,12 @@ class ScheduleConfig:
     # a kernel moving at least this many bytes writes its large outputs with non-temporal stores
     # (no write-allocate read); 0 = never. default_config: twice the host's last-level cache
     stream_min_bytes: int = 64 << 20
+    # register width of an in-register transpose of elements narrower than 32 bits; 0 = vector_bytes.
+    # default_config: 16 without AVX-512, whose AVX2 has no 16-bit permute across the two halves
+    # of a register (vpermw is AVX-512BW): a 16-lane float16 tile of 9 rows took ~16 shuffles per
+    # output register, and yolo ~1373's seven [1024, 3, 3, 512] transposes ran 11.5 ms at 32
+    # bytes, 10.0 ms at 16 (one xmm, where vpshufb reaches every lane), 29 ms at 8 (2 threads, Zen 3)
+    narrow_transpose_bytes: int = 0
 
     def __post_init__(self):
         for f in ("vector_bytes", "tile_i", "tile_j_vectors", "min_parallel", "l1_bytes", "min_parallel_work",
@@ -51,6 +57,10 @@ class ScheduleConfig:
         if not isinstance(self.stream_min_bytes, int) or isinstance(self.stream_min_bytes, bool) \
                 or self.stream_min_bytes < 0:
             raise CompileError(f"ScheduleConfig.stream_min_bytes must be an int >= 0, got {self.stream_min_bytes!r}")
+        if not isinstance(self.narrow_transpose_bytes, int) or isinstance(self.narrow_transpose_bytes, bool) \
+                or self.narrow_transpose_bytes < 0:
+            raise CompileError("ScheduleConfig.narrow_transpose_bytes must be an int >= 0, got "
+                               f"{self.narrow_transpose_bytes!r}")
         if not isinstance(self.input_fusion, bool):
             raise CompileError(f"ScheduleConfig.input_fusion must be a bool, got {self.input_fusion!r}")
         if not isinstance(self.isl_timeout_s, (int, float)) or not self.isl_timeout_s > 0:
@@ -69,4 +79,5 @@ def default_config(target=None) -> ScheduleConfig:
         return ScheduleConfig()
     wide = any(k in cpu for k in ("avx512", "znver4", "znver5", "skylake-avx512", "icelake", "sapphire",
                                   "cascadelake", "cooperlake", "tigerlake", "graniterapids"))
-    return ScheduleConfig(vector_bytes=64 if wide else 32, stream_min_bytes=2 * host_llc_bytes()[0])
+    return ScheduleConfig(vector_bytes=64 if wide else 32, stream_min_bytes=2 * host_llc_bytes()[0],
+                          narrow_transpose_bytes=0 if wide else 16)

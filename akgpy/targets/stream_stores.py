@@ -60,24 +60,54 @@ def _vector(ty) -> tuple[str, int, int] | None:
     return (elem, lanes, size) if size % LINE == 0 or size in (16, 32) else None
 
 
-def _aligned(base, vec, loops) -> bool:
+def _aligned(base, vec, loops, runs=frozenset(), buf: str = "") -> bool:
     """Whether the store at element offset `base` writes whole lines: a whole-line vector at an
     offset whose coefficients in the enclosing loops' variables and constant are all multiples
-    of a line; a part-line vector only as the innermost loop's consecutive vectors, that loop
-    starting on a line and covering whole lines."""
+    of a line; a part-line vector only as one of the innermost loop's consecutive vectors
+    (`runs`: the stores `_runs` found to cover each iteration's step), that loop starting on a
+    line and covering whole lines."""
     _, lanes, size = vec
-    line = LINE // (size // lanes)  # elements per line
-    vars_ = [v for v, _ in loops]
-    got = detect_linear_equation(base, vars_)
-    if len(got) != len(vars_) + 1 or not all(isinstance(c, tirx.IntImm) for c in got):
+    got = _linear(base, loops)
+    if got is None:
         return False
-    coeffs = [int(c.value) for c in got]
+    line = LINE // (size // lanes)  # elements per line
     if size >= LINE:
-        return all(c % line == 0 for c in coeffs)
-    extent = loops[-1][1] if loops else None
-    return (bool(loops) and coeffs[-2] == lanes and isinstance(extent, tirx.IntImm)
-            and (int(extent.value) * size) % LINE == 0
-            and all(c % line == 0 for i, c in enumerate(coeffs) if i != len(coeffs) - 2))
+        return all(c % line == 0 for c in got)
+    return (buf, got) in runs
+
+
+def _linear(base, loops) -> tuple[int, ...] | None:
+    """Integer coefficients of the loop variables in `base`, then its constant; None when not
+    linear in them with constant coefficients."""
+    got = detect_linear_equation(base, [v for v, _ in loops])
+    if len(got) != len(loops) + 1 or not all(isinstance(c, tirx.IntImm) for c in got):
+        return None
+    return tuple(int(c.value) for c in got)
+
+
+def _runs(stores, loops) -> set[tuple[str, tuple[int, ...]]]:
+    """The part-line stores (buffer, then coefficients and constant: `_linear`) of the innermost loop that
+    write consecutive vectors: per buffer and coefficients, offsets c, c + lanes, ... that
+    together cover the loop's step, so the loop writes one contiguous range, starting on a line
+    and of whole lines. One store per iteration is the common case; a transposed tile writes
+    its contiguous output block as several (yolo's [1024, 3, 3, 512] -> [1024, 512, 3, 3]
+    float16: 9 stores of 16 lanes per iteration)."""
+    if not loops or not isinstance(loops[-1][1], tirx.IntImm):
+        return set()
+    extent, groups = int(loops[-1][1].value), {}
+    for buf, vec, base in stores:
+        got = _linear(base, loops)
+        if got is not None and vec[2] < LINE:
+            groups.setdefault((buf, vec, got[:-1]), []).append(got)
+    out = set()
+    for (buf, (_, lanes, size), coeffs), members in groups.items():
+        line = LINE // (size // lanes)
+        consts = sorted(m[-1] for m in members)
+        if (consts == list(range(consts[0], consts[0] + lanes * len(consts), lanes))
+                and coeffs[-1] == lanes * len(consts) and (extent * size * len(consts)) % LINE == 0
+                and consts[0] % line == 0 and all(c % line == 0 for c in coeffs[:-1])):
+            out.update((buf, m) for m in members)
+    return out
 
 
 def _store_fn(elem: str, lanes: int) -> str:
@@ -117,7 +147,7 @@ def stream_func(func):
     tvm_ffi.structural_walk(body, [(ir.TensorLoad, lambda ld: loaded.add(owner.get(str(ld.source.data))))])
     lets = {}
     tvm_ffi.structural_walk(body, [(tirx.Bind, lambda b: lets.__setitem__(b.var, b.value))])
-    fails, used, loops, count = set(), set(), [], [0]
+    fails, used, loops, runs, count = set(), set(), [], [], [0]
 
     def on_store(st, mut):
         out = owner.get(str(st.buffer.data))
@@ -126,7 +156,8 @@ def stream_func(func):
         vec, idx = _vector(st.value.ty), list(st.indices)
         if (vec is None or out in loaded or len(idx) != 1 or not isinstance(idx[0], tirx.Ramp)
                 or not _is_one(idx[0].stride)
-                or not _aligned(_inline(idx[0].base, lets), vec, loops)):
+                or not _aligned(_inline(idx[0].base, lets), vec, loops, runs[-1] if runs else (),
+                                str(st.buffer.data))):
             fails.add(out)
             return mut.default_mutate(st)
         used.add(vec)
@@ -137,8 +168,10 @@ def stream_func(func):
     def on_for(loop, mut):
         before = count[0]
         loops.append((loop.loop_var, loop.extent))
+        runs.append(_runs(_part_line_stores(loop.body, owner, lets), loops))
         new = mut.default_mutate(loop)
         loops.pop()
+        runs.pop()
         if not loops and count[0] > before:
             return tirx.SeqStmt([new, tirx.Evaluate(tirx.call_extern("void", "akgpy_sfence"))])
         return new
@@ -149,6 +182,20 @@ def stream_func(func):
         return func  # the streamed body is dropped: too few of the output bytes qualified
     body = tirx.AttrStmt(ir.StringImm("akgpy"), "pragma_import_llvm", ir.StringImm(helper_ir(used)), body)
     return func.with_body(body)
+
+
+def _part_line_stores(body, owner: dict, lets: dict) -> list:
+    """(buffer, vector, offset) of each store into a marked output directly in `body`, a loop's
+    body with no loop inside (else none: only the innermost loop's stores form runs)."""
+    nested, out = [], []
+
+    def on_store(st):
+        vec, idx = _vector(st.value.ty), list(st.indices)
+        if (str(st.buffer.data) in owner and vec is not None and len(idx) == 1
+                and isinstance(idx[0], tirx.Ramp)):
+            out.append((str(st.buffer.data), vec, _inline(idx[0].base, lets)))
+    tvm_ffi.structural_walk(body, [(tirx.For, nested.append), (tirx.BufferStore, on_store)])
+    return [] if nested else out
 
 
 def _inline(expr, lets: dict, depth: int = 4):

@@ -147,6 +147,16 @@ def _tile_rows_gap(A: T.Buffer((24576,)), B: T.Buffer((24576,))):
         B[T.Ramp(i * 24 + 16, 1, 8)] = A[T.Ramp(i * 24 + 16, 1, 8)]
 
 
+@T.prim_func
+def _guarded_halves(A: T.Buffer((65536,)), B: T.Buffer((65536,))):
+    T.func_attr({"global_symbol": "guarded_halves", "tirx.noalias": True})
+    for i in range(4096):  # one half of each line per step, by condition: lines never fill
+        if i % 2 == 0:
+            B[T.Ramp(i * 16, 1, 8)] = A[T.Ramp(i * 16, 1, 8)]
+        else:
+            B[T.Ramp(i * 16 + 8, 1, 8)] = A[T.Ramp(i * 16 + 8, 1, 8)]
+
+
 def _source(mod) -> str:
     return llvm.build(mod, "llvm").mod.inspect_source("ll")
 
@@ -160,3 +170,4 @@ def test_only_stores_that_fill_whole_lines_stream():
     stores = [ln for ln in _source(_marked(_tile_rows, 24576 * 4)).splitlines() if " store <" in ln]
     assert stores and all(("!nontemporal" in ln) == X86 for ln in stores)  # all three, not some
     assert "!nontemporal" not in _source(_marked(_tile_rows_gap, 24576 * 4))
+    assert "!nontemporal" not in _source(_marked(_guarded_halves, 1 << 18))

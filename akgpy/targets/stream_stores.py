@@ -185,16 +185,18 @@ def stream_func(func):
 
 
 def _part_line_stores(body, owner: dict, lets: dict) -> list:
-    """(buffer, vector, offset) of each store into a marked output directly in `body`, a loop's
-    body with no loop inside (else none: only the innermost loop's stores form runs)."""
+    """(buffer, vector, offset) of each contiguous vector store into a marked output in `body`,
+    a loop's body with no loop or condition inside (else none: only the innermost loop's
+    unconditional stores form runs; a guarded store may leave its line part written)."""
     nested, out = [], []
 
     def on_store(st):
         vec, idx = _vector(st.value.ty), list(st.indices)
         if (str(st.buffer.data) in owner and vec is not None and len(idx) == 1
-                and isinstance(idx[0], tirx.Ramp)):
+                and isinstance(idx[0], tirx.Ramp) and _is_one(idx[0].stride)):
             out.append((str(st.buffer.data), vec, _inline(idx[0].base, lets)))
-    tvm_ffi.structural_walk(body, [(tirx.For, nested.append), (tirx.BufferStore, on_store)])
+    tvm_ffi.structural_walk(body, [(tirx.For, nested.append), (tirx.IfThenElse, nested.append),
+                                   (tirx.BufferStore, on_store)])
     return [] if nested else out
 
 

@@ -274,11 +274,12 @@ def _tree_options(func, model, cfg: ScheduleConfig) -> TreeOptions:
                  if s.kind == "compute" and s.block in blocks and _roundings(blocks[s.block]) >= CHAIN_ROUNDINGS}
     copies = frozenset(s.name for s in model.statements
                        if s.kind == "compute" and s.block in blocks and copy_parts(blocks[s.block]) is not None)
-    narrow = {}
-    for s in model.statements if cfg.narrow_transpose_bytes else ():
-        elem = max(map(array_bits, maps_of(s.writes.union(s.reads))), default=32)
-        if s.name in copies and elem < 32:
-            narrow[s.name] = min(lanes[s.name], max(cfg.narrow_transpose_bytes * 8 // elem, 1))
+    narrow = {}  # copies of elements under 32 bits: their register transposes' lanes
+    if cfg.narrow_transpose_bytes:
+        for s in (s for s in model.statements if s.name in copies):
+            elem = max(map(array_bits, maps_of(s.writes.union(s.reads))))
+            if elem < 32:
+                narrow[s.name] = min(lanes[s.name], max(cfg.narrow_transpose_bytes * 8 // elem, 1))
     return TreeOptions(lanes=lanes, registers=registers, column_registers=column, copies=copies,
                        transpose_lanes=narrow, tile=cfg.tile,
                        l1_bytes=cfg.l1_bytes, stride1_innermost=cfg.stride1_innermost,

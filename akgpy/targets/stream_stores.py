@@ -60,20 +60,12 @@ def _vector(ty) -> tuple[str, int, int] | None:
     return (elem, lanes, size) if size % LINE == 0 or size in (16, 32) else None
 
 
-def _aligned(base, vec, loops, runs=frozenset(), buf: str = "") -> bool:
-    """Whether the store at element offset `base` writes whole lines: a whole-line vector at an
-    offset whose coefficients in the enclosing loops' variables and constant are all multiples
-    of a line; a part-line vector only as one of the innermost loop's consecutive vectors
-    (`runs`: the stores `_runs` found to cover each iteration's step), that loop starting on a
-    line and covering whole lines."""
+def _whole_lines(base, vec, loops) -> bool:
+    """Whether a vector of whole cache lines at element offset `base` starts on a line: the
+    coefficients of the enclosing loops' variables and the constant are all multiples of one."""
     _, lanes, size = vec
     got = _linear(base, loops)
-    if got is None:
-        return False
-    line = LINE // (size // lanes)  # elements per line
-    if size >= LINE:
-        return all(c % line == 0 for c in got)
-    return (buf, got) in runs
+    return got is not None and all(c % (LINE // (size // lanes)) == 0 for c in got)
 
 
 def _linear(base, loops) -> tuple[int, ...] | None:
@@ -147,17 +139,25 @@ def stream_func(func):
     tvm_ffi.structural_walk(body, [(ir.TensorLoad, lambda ld: loaded.add(owner.get(str(ld.source.data))))])
     lets = {}
     tvm_ffi.structural_walk(body, [(tirx.Bind, lambda b: lets.__setitem__(b.var, b.value))])
-    fails, used, loops, runs, count = set(), set(), [], [], [0]
+    fails, used, loops, count = set(), set(), [], [0]
+    runs = []  # per enclosing loop: [its body, its runs (`_runs`) once a part-line store asks]
+
+    def qualifies(st, vec) -> bool:
+        base = _inline(st.indices[0].base, lets)
+        if vec[2] >= LINE:
+            return _whole_lines(base, vec, loops)
+        if not runs:
+            return False
+        if runs[-1][1] is None:
+            runs[-1][1] = _runs(_part_line_stores(runs[-1][0], owner, lets), loops)
+        return (str(st.buffer.data), _linear(base, loops)) in runs[-1][1]
 
     def on_store(st, mut):
         out = owner.get(str(st.buffer.data))
         if out is None:
             return mut.default_mutate(st)
-        vec, idx = _vector(st.value.ty), list(st.indices)
-        if (vec is None or out in loaded or len(idx) != 1 or not isinstance(idx[0], tirx.Ramp)
-                or not _is_one(idx[0].stride)
-                or not _aligned(_inline(idx[0].base, lets), vec, loops, runs[-1] if runs else (),
-                                str(st.buffer.data))):
+        vec = _contiguous(st, owner)
+        if vec is None or out in loaded or not qualifies(st, vec):
             fails.add(out)
             return mut.default_mutate(st)
         used.add(vec)
@@ -168,7 +168,7 @@ def stream_func(func):
     def on_for(loop, mut):
         before = count[0]
         loops.append((loop.loop_var, loop.extent))
-        runs.append(_runs(_part_line_stores(loop.body, owner, lets), loops))
+        runs.append([loop.body, None])
         new = mut.default_mutate(loop)
         loops.pop()
         runs.pop()
@@ -191,13 +191,20 @@ def _part_line_stores(body, owner: dict, lets: dict) -> list:
     nested, out = [], []
 
     def on_store(st):
-        vec, idx = _vector(st.value.ty), list(st.indices)
-        if (str(st.buffer.data) in owner and vec is not None and len(idx) == 1
-                and isinstance(idx[0], tirx.Ramp) and _is_one(idx[0].stride)):
-            out.append((str(st.buffer.data), vec, _inline(idx[0].base, lets)))
+        if (vec := _contiguous(st, owner)) is not None:
+            out.append((str(st.buffer.data), vec, _inline(st.indices[0].base, lets)))
     tvm_ffi.structural_walk(body, [(tirx.For, nested.append), (tirx.IfThenElse, nested.append),
                                    (tirx.BufferStore, on_store)])
     return [] if nested else out
+
+
+def _contiguous(st, owner: dict):
+    """The `_vector` of a store of consecutive elements into a marked output, else None."""
+    idx = list(st.indices)
+    if (str(st.buffer.data) not in owner or len(idx) != 1 or not isinstance(idx[0], tirx.Ramp)
+            or not _is_one(idx[0].stride)):
+        return None
+    return _vector(st.value.ty)
 
 
 def _inline(expr, lets: dict, depth: int = 4):

@@ -233,3 +233,22 @@ def test_graph_returning_an_input_unchanged_copies_it(schedule):
     out, = prog(a)
     assert out is not a and np.array_equal(out, a)
     assert not check_program(g, prog)
+
+
+@pytest.mark.parametrize("missing,want", [((), 64), (("avx512bw",), 32), (("avx512f", "avx512bw", "avx512vl"), 32)])
+def test_vector_width_comes_from_the_cpu_features_not_its_name(monkeypatch, missing, want):
+    """A Xeon VM that LLVM names "rocketlake" has AVX-512: the width follows LLVM's feature set
+    for the host CPU, and 512-bit lanes need the byte/word forms (BW) and short forms (VL) too."""
+    import tvm
+    from akgpy.schedule.config import default_config
+    from akgpy.targets import llvm
+    monkeypatch.setattr(tvm.target.codegen, "target_has_features", lambda f, tgt: f not in missing)
+    monkeypatch.setattr(llvm, "host_cpu", lambda: "rocketlake")
+    llvm.host_vector_bytes.cache_clear()
+    llvm.host_target.cache_clear()
+    try:
+        assert llvm.host_vector_bytes() == want
+        assert default_config().vector_bytes == want
+    finally:
+        llvm.host_vector_bytes.cache_clear()
+        llvm.host_target.cache_clear()

@@ -37,10 +37,11 @@ class ScheduleConfig:
     # (no write-allocate read); 0 = never. default_config: twice the host's last-level cache
     stream_min_bytes: int = 64 << 20
     # register width of an in-register transpose of elements narrower than 32 bits; 0 = vector_bytes.
-    # default_config: 16 without AVX-512, whose AVX2 has no 16-bit permute across the two halves
-    # of a register (vpermw is AVX-512BW): a 16-lane float16 tile of 9 rows took ~16 shuffles per
-    # output register, and yolo ~1373's seven [1024, 3, 3, 512] transposes ran 11.5 ms at 32
-    # bytes, 10.0 ms at 16 (one xmm, where vpshufb reaches every lane), 29 ms at 8 (2 threads, Zen 3)
+    # default_config: 16. AVX2 has no 16-bit permute across the two halves of a register (vpermw
+    # is AVX-512BW): a 16-lane float16 tile of 9 rows took ~16 shuffles per output register, and
+    # yolo ~1373's seven [1024, 3, 3, 512] transposes ran 11.5 ms at 32 bytes, 10.0 ms at 16 (one
+    # xmm, where vpshufb reaches every lane), 29 ms at 8 (2 threads, Zen 3). With AVX-512BW too
+    # the xmm tiles win: 6.8 ms at 16 bytes, 8.2 at 32, 8.7 at 64 (2 threads, Xeon, vector_bytes 64)
     narrow_transpose_bytes: int = 0
 
     def __post_init__(self):
@@ -73,11 +74,9 @@ class ScheduleConfig:
 def default_config(target=None) -> ScheduleConfig:
     """The default knobs for a target: vector width from the host CPU's features."""
     try:
-        from ..targets.llvm import host_cpu, host_llc_bytes
-        cpu = host_cpu()
+        from ..targets.llvm import host_llc_bytes, host_vector_bytes
+        vector_bytes = host_vector_bytes()
     except Exception:  # no LLVM: generic defaults
         return ScheduleConfig()
-    wide = any(k in cpu for k in ("avx512", "znver4", "znver5", "skylake-avx512", "icelake", "sapphire",
-                                  "cascadelake", "cooperlake", "tigerlake", "graniterapids"))
-    return ScheduleConfig(vector_bytes=64 if wide else 32, stream_min_bytes=2 * host_llc_bytes()[0],
-                          narrow_transpose_bytes=0 if wide else 16)
+    return ScheduleConfig(vector_bytes=vector_bytes, stream_min_bytes=2 * host_llc_bytes()[0],
+                          narrow_transpose_bytes=16)

@@ -16,6 +16,17 @@ def host_cpu() -> str:
 
 
 @functools.lru_cache(maxsize=None)
+def host_vector_bytes() -> int:
+    """The widest vector register the host's code may use: 64 where LLVM's model of the host CPU
+    has AVX-512 with byte/word and 128/256-bit forms (F, BW, VL: what 16-bit and 8-bit lanes and
+    masked tails need), else 32. From the CPU's features, not its name: a VM can report a model
+    (here "rocketlake" for a Xeon) that no name list anticipates."""
+    tgt = host_target()
+    wide = all(bool(tvm.target.codegen.target_has_features(f, tgt)) for f in ("avx512f", "avx512bw", "avx512vl"))
+    return 64 if wide else 32
+
+
+@functools.lru_cache(maxsize=None)
 def host_llc_bytes() -> tuple[int, str]:
     """(size of the host's last-level cache, where it came from: "sysfs" or "fallback")."""
     base = Path("/sys/devices/system/cpu/cpu0/cache")

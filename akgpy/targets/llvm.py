@@ -7,7 +7,7 @@ from pathlib import Path
 import tvm
 
 from ..errors import CompileError
-from . import stream_stores, tir_pipeline
+from . import native_fp16, stream_stores, tir_pipeline
 
 
 @functools.lru_cache(maxsize=None)
@@ -42,9 +42,36 @@ def host_llc_bytes() -> tuple[int, str]:
     return (best, "sysfs") if best else (32 << 20, "fallback")
 
 
+def _cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+@functools.lru_cache(maxsize=None)
+def host_mattr() -> tuple[str, ...]:
+    """Features the host has beyond LLVM's model of its CPU name: a Xeon VM that LLVM calls
+    "rocketlake" runs AVX512-FP16, which that model lacks (`native_fp16` needs it)."""
+    if not str(tvm.target.codegen.llvm_get_system_triple()).startswith("x86_64"):
+        return ()
+    model = tvm.target.Target({"kind": "llvm", "mcpu": host_cpu()})
+    if "avx512_fp16" in _cpu_flags() and not tvm.target.codegen.target_has_features("avx512fp16", model):
+        return ("+avx512fp16",)
+    return ()
+
+
 @functools.lru_cache(maxsize=None)
 def host_target() -> "tvm.target.Target":
-    return tvm.target.Target({"kind": "llvm", "mcpu": host_cpu()})
+    extra = host_mattr()
+    return tvm.target.Target({"kind": "llvm", "mcpu": host_cpu(), **({"mattr": list(extra)} if extra else {})})
+
+
+def has_fp16_arithmetic(tgt) -> bool:
+    return is_x86(tgt) and bool(tvm.target.codegen.target_has_features("avx512fp16", tgt))
 
 
 def is_x86(tgt) -> bool:
@@ -66,6 +93,9 @@ def build(mod, target):
     tgt = resolve(target)
     stream = is_x86(tgt) and any(stream_stores.ATTR in (f.attrs or {}) for _, f in mod.functions_items())
     pipeline = tir_pipeline.register(stream)
+    if has_fp16_arithmetic(tgt):
+        mod = tvm.IRModule({gv: native_fp16.native_fp16(f) if isinstance(f, tvm.tirx.PrimFunc) else f
+                            for gv, f in mod.functions_items()}, attrs=mod.attrs)
     try:
         return tvm.compile(mod, target=tgt, tir_pipeline=pipeline)
     except RuntimeError as e:

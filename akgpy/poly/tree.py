@@ -341,9 +341,10 @@ def shape(model: PolyModel, deps: Deps, tree: isl.Schedule, opts: TreeOptions) -
     if len(merged) < len(groups):
         try:
             shaped = _shape(model, deps, merged, opts, [
-                f"fusion: isl's {len(groups)} top-level parts share their outer parallel loop (the same dim of "
-                f"every statement, no dependence across it); merged into {len(merged)}, each part's statements "
-                "run per iteration of it"])
+                f"fusion: isl's {len(groups)} top-level parts share their outer loops (the same dims of "
+                f"every statement, no dependence across them); merged into {len(merged)}, each part's statements "
+                "run per iteration of them: "
+                + "; ".join(f"{len(b.upas)} loop(s)" for _, b in merged if isinstance(b, Merged))])
             check_legal(shaped.schedule, deps)
             return shaped
         except IllegalSchedule:
@@ -387,10 +388,14 @@ def _merged_group(model, leaf, m: Merged, opts, notes, tiles, where, coalesced, 
     as `_group` builds a top-level part, its shared dim pinned and no parallel loop of its own."""
     ctx = model.ctx
     stmts = [model.statement(n) for n in m.rows]
-    node = leaf.insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff(m.upa))
+    node = leaf.insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff(m.upas[0]))
     node = node.band_set_permutable(1).band_member_set_coincident(0, 1)
-    if _parallel_mark(model, stmts, {s.name: [s.dims[m.rows[s.name]]] for s in stmts}, [True], opts, notes, where):
+    if _parallel_mark(model, stmts, {s.name: [s.dims[m.rows[s.name][0]]] for s in stmts}, [True], opts, notes, where):
         node = node.insert_mark(isl.Id(PARALLEL, context=ctx)).child(0)
+    for upa in m.upas[1:]:  # the inner shared loops run serially inside each thread's rows
+        node = node.child(0).insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff(upa))
+        node = node.band_set_permutable(1).band_member_set_coincident(0, 1)
+    depth = len(m.upas)
     flist = isl.UnionSetList.alloc(ctx, len(m.parts))
     for f, _ in m.parts:
         flist = flist.add(f)
@@ -398,9 +403,9 @@ def _merged_group(model, leaf, m: Merged, opts, notes, tiles, where, coalesced, 
     inner_opts = dataclasses.replace(opts, parallel=False)
     for c, (filt, band) in enumerate(m.parts):
         part = sorted((model.statement(st.get_tuple_name()) for st in sets_of(filt)), key=lambda s: order[s.name])
-        rest = band.band_split(1).child(0) if band is not None and band.band_n_member() > 1 else None
+        rest = band.band_split(depth).child(0) if band is not None and band.band_n_member() > depth else None
         node = _group(model, seq.child(c).child(0), part, rest, inner_opts, notes, tiles, f"{where}.{c}",
-                      coalesced, outer={s.name: {m.rows[s.name]} for s in part})
+                      coalesced, outer={s.name: set(m.rows[s.name]) for s in part})
         seq = _up_to_depth(node, seq.get_tree_depth())
     return seq
 

@@ -244,11 +244,12 @@ def test_vector_width_comes_from_the_cpu_features_not_its_name(monkeypatch, miss
     from akgpy.targets import llvm
     monkeypatch.setattr(tvm.target.codegen, "target_has_features", lambda f, tgt: f not in missing)
     monkeypatch.setattr(llvm, "host_cpu", lambda: "rocketlake")
-    llvm.host_vector_bytes.cache_clear()
-    llvm.host_target.cache_clear()
+    caches = (llvm.host_vector_bytes, llvm.host_target, llvm.host_mattr)
+    for c in caches:
+        c.cache_clear()
     try:
         assert llvm.host_vector_bytes() == want
         assert default_config().vector_bytes == want
-    finally:
-        llvm.host_vector_bytes.cache_clear()
-        llvm.host_target.cache_clear()
+    finally:  # the real host's values again, not the mocked ones
+        for c in caches:
+            c.cache_clear()

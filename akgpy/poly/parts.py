@@ -6,6 +6,7 @@ each row is read from memory once.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import islpy as isl
@@ -53,7 +54,7 @@ def merge_parts(model: PolyModel, deps: Deps, groups, independent: bool):
         if independent or not fwd.is_empty():
             # parts that only share inputs keep one shared loop: deeper, yolo ~1373's seven
             # independent transposes ran 10.6 instead of 7.6 ms
-            most = 1 if fwd.is_empty() else len(model.statements)
+            most = 1 if fwd.is_empty() else math.inf
             while len(upas) < most and (got := _shared_member(model, bands, len(upas))) is not None \
                     and (not upas or not _walks_stride1(model, rows, got[1])) \
                     and _same_iteration(model, deps, upas + [got[0]], fwd, pfilt, filt):

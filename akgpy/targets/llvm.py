@@ -56,10 +56,8 @@ def _cpu_flags() -> set[str]:
 def host_mattr() -> tuple[str, ...]:
     """Features the host has beyond LLVM's model of its CPU name: a Xeon VM that LLVM calls
     "rocketlake" runs AVX512-FP16, which that model lacks (`native_fp16` needs it)."""
-    if not str(tvm.target.codegen.llvm_get_system_triple()).startswith("x86_64"):
-        return ()
     model = tvm.target.Target({"kind": "llvm", "mcpu": host_cpu()})
-    if "avx512_fp16" in _cpu_flags() and not tvm.target.codegen.target_has_features("avx512fp16", model):
+    if is_x86(model) and "avx512_fp16" in _cpu_flags() and not tvm.target.codegen.target_has_features("avx512fp16", model):
         return ("+avx512fp16",)
     return ()
 

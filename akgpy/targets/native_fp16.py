@@ -19,6 +19,8 @@ the target has it (`llvm.build`).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import tvm_ffi
 from tvm import ir, tirx
@@ -27,6 +29,7 @@ _FENCE = "llvm.arithmetic.fence"
 _OPS = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div)
 
 
+@functools.cache
 def _fence_id() -> int:
     return int(tirx.call_llvm_pure_intrin("float32", _FENCE, tirx.FloatImm("float32", 0.0)).args[0].value)
 

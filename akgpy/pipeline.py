@@ -37,7 +37,7 @@ def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", c
     from .runtime.program import Kernel, Program
     from .schedule.config import default_config
     from .schedule.plain import plain_schedule
-    from .schedule.stream import mark_stream_outputs
+    from .schedule.stream import mark_prefetch, mark_stream_outputs
     from .targets import llvm
     from .te.lower import ident, lower
 
@@ -58,7 +58,8 @@ def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", c
         else:
             mod = plain_schedule(low, cfg).mod
         mod, stream_note = mark_stream_outputs(mod, low, cfg)
-        report = report and f"{report}\n{stream_note}"
+        mod, prefetch_note = mark_prefetch(mod, cfg)
+        report = report and f"{report}\n{stream_note}\n{prefetch_note}"
     except AkgpyError:
         raise
     except Exception as e:  # a TVM failure while scheduling a valid graph is a compiler bug: name the graph

@@ -43,6 +43,9 @@ class ScheduleConfig:
     # xmm, where vpshufb reaches every lane), 29 ms at 8 (2 threads, Zen 3). With AVX-512BW too
     # the xmm tiles win: 6.8 ms at 16 bytes, 8.2 at 32, 8.7 at 64 (2 threads, Xeon, vector_bytes 64)
     narrow_transpose_bytes: int = 0
+    # software prefetch this many bytes ahead of each stride-1 vector read of a kernel argument
+    # (akgpy/targets/prefetch.py); 0 = none. default_config: PREFETCH_BYTES
+    prefetch_bytes: int = 0
 
     def __post_init__(self):
         for f in ("vector_bytes", "tile_i", "tile_j_vectors", "min_parallel", "l1_bytes", "min_parallel_work",
@@ -62,6 +65,8 @@ class ScheduleConfig:
                 or self.narrow_transpose_bytes < 0:
             raise CompileError("ScheduleConfig.narrow_transpose_bytes must be an int >= 0, got "
                                f"{self.narrow_transpose_bytes!r}")
+        if not isinstance(self.prefetch_bytes, int) or isinstance(self.prefetch_bytes, bool) or self.prefetch_bytes < 0:
+            raise CompileError(f"ScheduleConfig.prefetch_bytes must be an int >= 0, got {self.prefetch_bytes!r}")
         if not isinstance(self.input_fusion, bool):
             raise CompileError(f"ScheduleConfig.input_fusion must be a bool, got {self.input_fusion!r}")
         if not isinstance(self.isl_timeout_s, (int, float)) or not self.isl_timeout_s > 0:
@@ -69,6 +74,9 @@ class ScheduleConfig:
 
     def replace(self, **changes) -> "ScheduleConfig":
         return dataclasses.replace(self, **changes)
+
+
+PREFETCH_BYTES = 2048
 
 
 def default_config(target=None) -> ScheduleConfig:
@@ -79,4 +87,4 @@ def default_config(target=None) -> ScheduleConfig:
     except Exception:  # no LLVM: generic defaults
         return ScheduleConfig()
     return ScheduleConfig(vector_bytes=vector_bytes, stream_min_bytes=2 * host_llc_bytes()[0],
-                          narrow_transpose_bytes=16)
+                          narrow_transpose_bytes=16, prefetch_bytes=PREFETCH_BYTES)

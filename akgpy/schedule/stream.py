@@ -1,5 +1,6 @@
-"""Which outputs a kernel writes with streaming (non-temporal) stores: a schedule decision,
-realised by the LLVM target (akgpy/targets/stream_stores.py).
+"""Which outputs a kernel writes with streaming (non-temporal) stores, and how far ahead it
+prefetches its reads: schedule decisions, realised by the LLVM target
+(akgpy/targets/stream_stores.py, akgpy/targets/prefetch.py).
 
 Streaming pays when the output would not stay in cache for its next reader anyway: the kernel
 moves at least `ScheduleConfig.stream_min_bytes` (default: twice the host's last-level cache),
@@ -25,6 +26,7 @@ from ..te.lower import Lowered
 from .config import ScheduleConfig
 
 ATTR = "akgpy.stream_outputs"  # PrimFunc attr: {buffer data name: [output tensor, bytes]}
+PREFETCH_ATTR = "akgpy.prefetch_bytes"  # PrimFunc attr: software prefetch distance in bytes
 MIN_OUTPUT = 1 << 20
 # Stream only when (nearly) all output bytes can: a kernel mixing streamed and cached output
 # lines ran slower than with plain stores alone (dropout ~6619, measured while its float16
@@ -66,3 +68,13 @@ def mark_stream_outputs(mod, low: Lowered, cfg: ScheduleConfig):
                  f"{moved >> 20} MiB >= {cfg.stream_min_bytes >> 20} MiB); code generation streams them "
                  f"when stores that fill whole lines write at least {int(100 * STREAM_SHARE)}% of "
                  "their bytes and none is read back")
+
+
+def mark_prefetch(mod, cfg: ScheduleConfig):
+    """(mod asking code generation for software prefetch `cfg.prefetch_bytes` ahead, a note for
+    explain). A hint to the target (akgpy/targets/prefetch.py), like the streaming stores."""
+    if not cfg.prefetch_bytes:
+        return mod, "software prefetch: none (off)"
+    mod = mod.__class__({gv: f.with_attr(PREFETCH_ATTR, cfg.prefetch_bytes) for gv, f in mod.functions_items()})
+    return mod, (f"software prefetch: {cfg.prefetch_bytes} bytes ahead of each stride-1 vector read of a "
+                 "kernel argument, along the innermost loop that moves it")

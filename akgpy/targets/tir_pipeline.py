@@ -1,7 +1,8 @@
 """akgpy's TIR pipelines: TVM's default lowering, then akgpy's passes over the vectorised code
 (they need vector loads and stores, which exist only after TVM's lowering).
 
-    akgpy          + broadcast operands' vector loads as a load and a shuffle (vector_loads)
+    akgpy          + broadcast operands' vector loads as a load and a shuffle (vector_loads),
+                   software prefetch ahead of streamed reads where the schedule asks (prefetch)
     akgpy-stream   + streaming stores into the outputs the schedule marked (stream_stores);
                    x86 only: the stores are x86 non-temporal moves and an sfence
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
+from .prefetch import prefetch_func
 from .stream_stores import stream_func
 from .vector_loads import shuffle_loads
 
@@ -22,7 +24,7 @@ def _factory(stream: bool):
         lower, finalize_host, finalize_device = default_s_tir_pipeline()
 
         def passes(f, _mod, _ctx):
-            f = shuffle_loads(f)
+            f = prefetch_func(shuffle_loads(f))
             return stream_func(f) if stream else f
 
         @tvm.transform.module_pass(opt_level=0, name="akgpy.VectorPasses")

@@ -1,0 +1,154 @@
+"""Software prefetch (akgpy/targets/prefetch.py): which reads get one, and how far ahead."""
+from __future__ import annotations
+
+import pytest
+from tvm import ir, tirx
+from tvm.script import tirx as T
+from tvm.sym import Analyzer
+import tvm_ffi
+
+import akgpy
+from akgpy import GraphBuilder
+from akgpy.errors import CompileError
+from akgpy.schedule.config import default_config
+from akgpy.schedule.stream import PREFETCH_ATTR
+from akgpy.targets.prefetch import prefetch_func
+from akgpy.testing import check_program
+
+
+def _prefetched(func, distance=2048) -> list[tuple[str, object, object]]:
+    """(buffer, prefetched index minus the index of the read it serves, that read's index) per
+    prefetch the pass inserts, in order."""
+    out = prefetch_func(func.with_attr(PREFETCH_ATTR, distance))
+    found, ana = [], Analyzer()
+
+    def on_seq(seq):
+        stmts = list(seq.seq)
+        for k, st in enumerate(stmts):
+            if isinstance(st, tirx.Evaluate) and isinstance(st.value, ir.Call) and st.value.op.name == "tirx.prefetch":
+                target = st.value.args[0].args[0]  # address_of(buf[index])
+                nxt = next(s for s in stmts[k:] if isinstance(s, tirx.BufferStore))
+                loads = []
+                tvm_ffi.structural_walk(nxt.value, [(ir.TensorLoad, loads.append)])
+                read = next(ld for ld in loads if ld.source.same_as(target.source))
+                base = read.indices[0].base
+                found.append((target.source.name, ana.simplify(target.indices[0] - base), base))
+    tvm_ffi.structural_walk(out.body, [(tirx.SeqStmt, on_seq)])
+    return found
+
+
+def _offsets(found) -> list[tuple[str, int]]:
+    return [(name, int(d.value)) for name, d, _ in found]
+
+
+@T.prim_func
+def _stream(A: T.Buffer((65536,)), B: T.Buffer((65536,))):
+    for i in range(4096):
+        B[T.Ramp(i * 16, 1, 16)] = A[T.Ramp(i * 16, 1, 16)] + T.Broadcast(T.float32(1), 16)
+
+
+@T.prim_func
+def _two_outputs(A: T.Buffer((65536,)), B: T.Buffer((65536,)), C: T.Buffer((65536,))):
+    for i in range(4096):  # A read by both stores, B read back right after it is written
+        B[T.Ramp(i * 16, 1, 16)] = A[T.Ramp(i * 16, 1, 16)] + T.Broadcast(T.float32(1), 16)
+        C[T.Ramp(i * 16, 1, 16)] = A[T.Ramp(i * 16, 1, 16)] * B[T.Ramp(i * 16, 1, 16)]
+
+
+def test_a_stream_is_prefetched_the_distance_ahead_and_outputs_are_not():
+    assert _offsets(_prefetched(_stream)) == [("A", 512)]  # 2048 bytes of float32
+    assert _offsets(_prefetched(_stream, distance=1024)) == [("A", 256)]
+    assert _offsets(_prefetched(_two_outputs)) == [("A", 512)]  # once per line, and no B
+
+
+def test_off_inserts_nothing():
+    off = _stream.with_attr(PREFETCH_ATTR, 0)
+    assert prefetch_func(off).same_as(off)
+    assert prefetch_func(_stream).same_as(_stream)  # not marked
+
+
+@T.prim_func
+def _columns(A: T.Buffer((1 << 20,)), B: T.Buffer((1024,))):
+    for j in range(64):
+        for i in range(1024):  # down a column: the next read is the next row, 4 KiB on
+            B[T.Ramp(j * 16, 1, 16)] = B[T.Ramp(j * 16, 1, 16)] + A[T.Ramp(i * 1024 + j * 16, 1, 16)]
+
+
+@T.prim_func
+def _short_rows(A: T.Buffer((1 << 20,)), B: T.Buffer((1 << 20,))):
+    for i in range(8192):
+        for j in range(8):  # rows of 128 floats: 4 rows make 2 KiB
+            B[T.Ramp(i * 128 + j * 16, 1, 16)] = A[T.Ramp(i * 128 + j * 16, 1, 16)]
+
+
+def test_the_address_follows_the_innermost_loop_that_moves_the_read():
+    assert _offsets(_prefetched(_columns)) == [("A", 1024)]  # one row ahead, not 2 KiB along the row
+    # the short inner loop continues along the stream: j's coefficient, extrapolated 32 steps
+    assert _offsets(_prefetched(_short_rows)) == [("A", 512)]
+
+
+@T.prim_func
+def _wide(A: T.Buffer((65536,), "float16"), B: T.Buffer((65536,), "float16")):
+    for i in range(512):  # a register chain of 128 float16 lanes: 4 lines per read
+        B[T.Ramp(i * 128, 1, 128)] = A[T.Ramp(i * 128, 1, 128)] * T.Broadcast(T.float16(2), 128)
+
+
+def test_each_line_of_a_wide_read_is_prefetched_once():
+    assert _offsets(_prefetched(_wide)) == [("A", 1024 + 32 * m) for m in range(4)]
+
+
+@T.prim_func
+def _reused(A: T.Buffer((1 << 20,)), bias: T.Buffer((1024,)), B: T.Buffer((1 << 20,))):
+    T.func_attr({"tirx.noalias": True})
+    tmp = T.alloc_buffer((1024,))
+    for i in range(1024):
+        for j in range(64):
+            tmp[T.Ramp(j * 16, 1, 16)] = A[T.Ramp(i * 1024 + j * 16, 1, 16)] + bias[T.Ramp(j * 16, 1, 16)]
+        for j in range(64):  # the same row again, and a local: both cached
+            B[T.Ramp(i * 1024 + j * 16, 1, 16)] = A[T.Ramp(i * 1024 + j * 16, 1, 16)] * tmp[T.Ramp(j * 16, 1, 16)]
+
+
+def test_cached_reads_get_no_prefetch():
+    # bias (4 KiB, read by every row), tmp (a local) and the second loop's A (this row, just
+    # read by the first loop) stay in cache; only the first loop's A streams
+    found = _prefetched(_reused)
+    assert _offsets(found) == [("A", 512)]
+
+
+@T.prim_func
+def _gather(A: T.Buffer((65536,)), idx: T.Buffer((4096,), "int32"), B: T.Buffer((4096,))):
+    for i in range(4096):  # a scalar read per element, and an indirect one: not prefetched
+        B[i] = A[idx[i]] + A[i]
+
+
+def test_scalar_and_indirect_reads_get_no_prefetch():
+    assert _prefetched(_gather) == []
+
+
+def _graph():
+    b = GraphBuilder("prefetch_softplus")
+    x = b.input("x", (256, 1024), "float32")
+    y = b.input("y", (256, 1024), "float32")
+    b.output(b.log(b.exp(x) + 1.0) * y)
+    return b.build()
+
+
+@pytest.mark.parametrize("schedule", ["poly", "plain"])
+def test_kernels_prefetch_by_default_and_match(schedule):
+    g = _graph()
+    on = akgpy.fuse(g, schedule=schedule)
+    assert default_config().prefetch_bytes > 0
+    assert "@llvm.prefetch" in on.kernels[0].source
+    assert not check_program(g, on)
+    off = akgpy.fuse(g, schedule=schedule, config=default_config().replace(prefetch_bytes=0))
+    assert "@llvm.prefetch" not in off.kernels[0].source
+    assert not check_program(g, off)
+    if schedule == "poly":
+        assert "software prefetch: 2048 bytes ahead" in on.kernels[0].explain()
+        assert "software prefetch: none (off)" in off.kernels[0].explain()
+
+
+def test_bad_distance_is_rejected():
+    with pytest.raises(CompileError, match="prefetch_bytes"):
+        default_config().replace(prefetch_bytes=-1)
+    with pytest.raises(CompileError, match="prefetch_bytes"):
+        default_config().replace(prefetch_bytes=1.5)

@@ -58,6 +58,8 @@ def test_a_stream_is_prefetched_the_distance_ahead_and_outputs_are_not():
     assert _offsets(_prefetched(_stream)) == [("A", 512)]  # 2048 bytes of float32
     assert _offsets(_prefetched(_stream, distance=1024)) == [("A", 256)]
     assert _offsets(_prefetched(_two_outputs)) == [("A", 512)]  # once per line, and no B
+    # an output written by an earlier loop nest is prefetched where a later one reads it
+    assert _offsets(_prefetched(_written_then_summed)) == [("A", 512), ("B", 32 * 1024)]
 
 
 def test_off_inserts_nothing():
@@ -80,8 +82,19 @@ def _short_rows(A: T.Buffer((1 << 20,)), B: T.Buffer((1 << 20,))):
             B[T.Ramp(i * 128 + j * 16, 1, 16)] = A[T.Ramp(i * 128 + j * 16, 1, 16)]
 
 
+@T.prim_func
+def _written_then_summed(A: T.Buffer((1 << 20,)), B: T.Buffer((1 << 20,)), C: T.Buffer((1024,))):
+    for i in range(1024):
+        for j in range(64):
+            B[T.Ramp(i * 1024 + j * 16, 1, 16)] = A[T.Ramp(i * 1024 + j * 16, 1, 16)] * T.Broadcast(T.float32(2), 16)
+    for j in range(64):  # a later nest sums B's columns: 4 MiB written long before, not cached
+        for i in range(1024):
+            C[T.Ramp(j * 16, 1, 16)] = C[T.Ramp(j * 16, 1, 16)] + B[T.Ramp(i * 1024 + j * 16, 1, 16)]
+
+
 def test_the_address_follows_the_innermost_loop_that_moves_the_read():
-    assert _offsets(_prefetched(_columns)) == [("A", 1024)]  # one row ahead, not 2 KiB along the row
+    # down a column, one line per step: 2 KiB of lines ahead is 32 rows, not 2 KiB along the row
+    assert _offsets(_prefetched(_columns)) == [("A", 32 * 1024)]
     # the short inner loop continues along the stream: j's coefficient, extrapolated 32 steps
     assert _offsets(_prefetched(_short_rows)) == [("A", 512)]
 

@@ -95,3 +95,10 @@ def test_native_results_are_bit_identical_to_float32_rounding():
     for got, want in zip(native(*args), widened(*args)):
         assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
     assert not check_program(g, native)
+
+
+@pytest.mark.parametrize("native, chains", [(True, 2), (False, 4)])
+def test_native_fp16_hosts_default_to_fewer_chain_registers(monkeypatch, native, chains):
+    from akgpy.schedule.config import default_config
+    monkeypatch.setattr(llvm, "has_fp16_arithmetic", lambda tgt: native)
+    assert default_config().chain_registers == chains

@@ -18,8 +18,9 @@ which would give loops that start at odd offsets and cannot be vectorised. So:
             fits half of L1) or from TreeOptions.tile.
 4. parallel the first coincident member of each top-level band (or of a statement's own band
             where nothing fused) with enough iterations and work gets a `parallel` mark.
-5. coalesce a fused band's short contiguous tail ([..., 3, 3]) becomes one linear member;
-            codegen rebuilds the dims from the iterators (see Coalesced).
+5. coalesce a fused band's (or a lone elementwise statement's) short contiguous tail
+            ([..., 3, 3]) becomes one linear member; codegen rebuilds the dims from the
+            iterators (see Coalesced).
 6. vector   an innermost coincident member that walks the statement's written array with
             stride 1 is split into floor(d / L) and d mod L (L: lanes, dividing the extent)
             and the latter gets a `vector` mark.
@@ -281,7 +282,8 @@ def _dim_strides(s: Statement, opts: TreeOptions) -> dict[int, int] | None:
 
 
 def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, notes) -> tuple:
-    """The statement's own inner band: its unpinned dims, stride-1 innermost; (exprs, coincident, mark)."""
+    """The statement's own inner band: its unpinned dims, stride-1 innermost; (exprs, coincident,
+    mark, isolate, tail), tail: None or its coalesced member as (index, dims, extents, lanes)."""
     dims = [q for q in range(len(s.dims)) if q not in pinned]
     ext = extents(s)
     dims = [q for q in dims if ext[q] > 1] or dims[-1:]
@@ -311,14 +313,22 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
     last = len(dims) - 1
     got = register_transpose_tile([s], exprs, coincident, opts, notes, s.name) \
         if len(dims) >= 2 and not opts.tile else None
+    tail = None
     if got is not None:
         exprs, coincident, sizes = got
         mark[len(coincident) - len(sizes)] = TRANSPOSE
+    elif s.kind == "compute":
+        # an elementwise statement below a fusion cut (a transpose's producer) coalesces its
+        # contiguous tail like a fused band does; under outer loops its first member may join
+        exprs, coincident, tail = _coalesce_tail(model, [s], exprs, coincident, opts, notes, s.name,
+                                                 first=1 if opts.parallel and not pinned else 0)
+        last = len(coincident) - 1
     column = not pinned and last > 0 and not coincident[0]
     widen = (opts.column_registers.get(s.name, 1), "each row step reads two whole cache lines of the "
              "input, in independent add chains") if column else None
-    split = got is None and dims[last] in writes and _vector_split(model, opts, [s], exprs, coincident, last,
-                                                                   notes, s.name, isolate, widen=widen)
+    split = got is None and (tail is not None or dims[last] in writes) and _vector_split(
+        model, opts, [s], exprs, coincident, last, notes, s.name, isolate if tail is None else None,
+        tail=tail, widen=widen)
     if split and column:
         # a column reduction: the block of columns goes outermost, so blocks run in parallel
         # and each step of the reduction reads one contiguous block per row
@@ -332,7 +342,10 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
     if opts.parallel and not pinned and coincident[0] and 0 not in mark and \
             _extent_of(model, [s], exprs, 0) >= max(opts.min_parallel, 2) and _work([s]) >= opts.min_parallel_work:
         mark[0] = PARALLEL
-    return exprs, coincident, mark, isolate
+    if tail is not None:
+        tail = (last, tuple(tail[s.name]), tuple(extents(s)[d] for d in tail[s.name]),
+                _extent_of(model, [s], exprs, last + 1) if split else 1)
+    return exprs, coincident, mark, isolate, tail
 
 
 def shape(model: PolyModel, deps: Deps, tree: isl.Schedule, opts: TreeOptions) -> Shaped:
@@ -476,9 +489,19 @@ def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced, outer
     else:
         pinned = {s.name: set(outer.get(s.name, ())) for s in stmts}
     inner = [(s, _statement_band(model, s, pinned[s.name], opts, notes)) for s in stmts]
+
+    def place(node, group, spec):
+        exprs, coincident, mark, isolate, tail = spec
+        depth = node.get_schedule_depth()
+        node = _insert_band(node, ctx, group, {s.name: exprs[group[0].name] for s in group}, coincident, mark,
+                            isolate)
+        if tail is not None:
+            for s in group:
+                coalesced[s.name] = Coalesced(depth + tail[0], *tail[1:])
+        return node
     if len(stmts) == 1:
         if inner[0][1] is not None:
-            leaf = _insert_band(leaf, ctx, stmts, *inner[0][1])
+            leaf = place(leaf, stmts, inner[0][1])
         return leaf
     groups = _sibling_groups(inner, pinned, notes, where)
     flist = isl.UnionSetList.alloc(ctx, len(groups))
@@ -491,8 +514,7 @@ def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced, outer
     for c, (group, spec) in enumerate(groups):
         node = seq.child(c).child(0)
         if spec is not None:
-            exprs, *rest = spec
-            node = _insert_band(node, ctx, group, {s.name: exprs[group[0].name] for s in group}, *rest)
+            node = place(node, group, spec)
         seq = _up_to_depth(node, seq.get_tree_depth())
     return seq
 
@@ -575,7 +597,7 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
     return _insert_band(leaf, ctx, stmts, exprs, coincident, mark, isolate)
 
 
-def _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where):
+def _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where, first=None):
     """Trailing members too short to vectorise (a [..., 3, 3] tail) become one linear member
     9*i2 + 3*i3 + i4 when they are every statement's trailing dims and its written array's
     trailing indices, so the linear member walks that array with stride 1. Returns
@@ -588,7 +610,8 @@ def _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where):
     if pow2_lanes(ext, lanes) >= max(4, lanes // 2):  # already a good vector
         return exprs, coincident, None
     q, total = last, ext
-    first = 1 if opts.parallel else 0  # member 0 stays whole for the thread pool
+    if first is None:
+        first = 1 if opts.parallel else 0  # member 0 stays whole for the thread pool
     while q - 1 >= first and pow2_lanes(total, lanes) < lanes and coincident[q - 1] and \
             all(_contiguous_tail(s, exprs[s.name][q - 1:]) for s in stmts):
         q -= 1

@@ -102,3 +102,10 @@ def test_native_fp16_hosts_default_to_fewer_chain_registers(monkeypatch, native,
     from akgpy.schedule.config import default_config
     monkeypatch.setattr(llvm, "has_fp16_arithmetic", lambda tgt: native)
     assert default_config().chain_registers == chains
+
+
+def test_chain_registers_follow_the_target_not_the_host():
+    from akgpy.schedule.config import default_config
+    x86 = llvm.is_x86(llvm.host_target())
+    assert default_config({"kind": "llvm", "mcpu": "skylake"}).chain_registers == 4
+    assert default_config({"kind": "llvm", "mcpu": "sapphirerapids"}).chain_registers == (2 if x86 else 4)

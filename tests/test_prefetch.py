@@ -120,6 +120,57 @@ def _reused(A: T.Buffer((1 << 20,)), bias: T.Buffer((1024,)), B: T.Buffer((1 << 
             B[T.Ramp(i * 1024 + j * 16, 1, 16)] = A[T.Ramp(i * 1024 + j * 16, 1, 16)] * tmp[T.Ramp(j * 16, 1, 16)]
 
 
+@T.prim_func
+def _halves(A: T.Buffer((1 << 20,)), B: T.Buffer((1 << 20,)), C: T.Buffer((1 << 20,))):
+    for i in range(512):
+        for j in range(64):  # a GLU's two halves of each 2048-float row: different regions
+            B[T.Ramp(i * 1024 + j * 16, 1, 16)] = A[T.Ramp(i * 2048 + j * 16, 1, 16)]
+        for j in range(64):
+            C[T.Ramp(i * 1024 + j * 16, 1, 16)] = A[T.Ramp(i * 2048 + 1024 + j * 16, 1, 16)]
+
+
+@T.prim_func
+def _big_slices(A: T.Buffer((1 << 22,)), B: T.Buffer((1 << 22,)), C: T.Buffer((1 << 22,))):
+    for i in range(4):
+        for j in range(65536):  # two passes over a 4 MiB slice: the second is not cached
+            B[T.Ramp(i * 1048576 + j * 16, 1, 16)] = A[T.Ramp(i * 1048576 + j * 16, 1, 16)]
+        for j in range(65536):
+            C[T.Ramp(i * 1048576 + j * 16, 1, 16)] = A[T.Ramp(i * 1048576 + j * 16, 1, 16)]
+
+
+def test_a_second_pass_is_prefetched_unless_it_rereads_a_small_region():
+    assert _offsets(_prefetched(_halves)) == [("A", 512), ("A", 512)]
+    assert _offsets(_prefetched(_big_slices)) == [("A", 512), ("A", 512)]
+
+
+@T.prim_func
+def _backwards(A: T.Buffer((65536,)), B: T.Buffer((65536,))):
+    for i in range(4096):  # a reversed walk prefetches below the read
+        B[T.Ramp(i * 16, 1, 16)] = A[T.Ramp(65520 - i * 16, 1, 16)]
+
+
+@T.prim_func
+def _two_far_rows(A: T.Buffer((1 << 24,)), B: T.Buffer((1 << 14,))):
+    for j in range(1024):
+        for i in range(2):  # 32 rows ahead of a 2-row walk is past everything read
+            B[T.Ramp(i * 8192 + j * 8, 1, 8)] = A[T.Ramp(i * 8388608 + j * 8, 1, 8)]
+
+
+def test_the_look_ahead_follows_the_sign_and_stays_within_the_nest():
+    assert _offsets(_prefetched(_backwards)) == [("A", -512)]
+    assert _prefetched(_two_far_rows) == []
+
+
+@T.prim_func
+def _bool_tiles(A: T.Buffer((1 << 20,), "bool"), B: T.Buffer((1 << 20,), "bool"), n: T.int32):
+    for i in range(n):  # an extent isl's partial tiles leave symbolic, and 1-bit elements
+        B[T.Ramp(i * 64, 1, 64)] = A[T.Ramp(i * 64, 1, 64)]
+
+
+def test_bool_reads_under_symbolic_extents_get_a_prefetch_and_no_error():
+    assert _offsets(_prefetched(_bool_tiles)) == [("A", 2048)]  # a byte per bool
+
+
 def test_cached_reads_get_no_prefetch():
     # bias (4 KiB, read by every row), tmp (a local) and the second loop's A (this row, just
     # read by the first loop) stay in cache; only the first loop's A streams
@@ -133,8 +184,15 @@ def _gather(A: T.Buffer((65536,)), idx: T.Buffer((4096,), "int32"), B: T.Buffer(
         B[i] = A[idx[i]] + A[i]
 
 
+@T.prim_func
+def _vector_gather(A: T.Buffer((1 << 20,)), idx: T.Buffer((4096,), "int32"), B: T.Buffer((65536,))):
+    for i in range(4096):  # a vector at an address read from memory: not linear in i
+        B[T.Ramp(i * 16, 1, 16)] = A[T.Ramp(idx[i], 1, 16)]
+
+
 def test_scalar_and_indirect_reads_get_no_prefetch():
     assert _prefetched(_gather) == []
+    assert _prefetched(_vector_gather) == []
 
 
 def _graph():

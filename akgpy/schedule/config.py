@@ -32,7 +32,7 @@ class ScheduleConfig:
     isl_timeout_s: float = 5.0
     # vector registers per op for an elementwise statement that rounds to float16 after many ops:
     # each rounding is a conversion pair with long latency, so more independent lanes in flight
-    chain_registers: int = 4
+    chain_registers: int = 4  # default_config: NATIVE_FP16_CHAIN_REGISTERS where float16 ops are native
     # a kernel moving at least this many bytes writes its large outputs with non-temporal stores
     # (no write-allocate read); 0 = never. default_config: twice the host's last-level cache
     stream_min_bytes: int = 64 << 20
@@ -85,13 +85,18 @@ NATIVE_FP16_CHAIN_REGISTERS = 2
 
 
 def default_config(target=None) -> ScheduleConfig:
-    """The default knobs for a target: vector width from the host CPU's features."""
+    """The default knobs for a target: vector width from the host CPU's features, streaming
+    threshold from its LLC, software prefetch on, fewer chain registers where float16 is native.
+    A bare ScheduleConfig() has prefetch off and 4 chain registers."""
     try:
-        from ..targets.llvm import has_fp16_arithmetic, host_llc_bytes, host_target, host_vector_bytes
+        from ..targets.llvm import has_fp16_arithmetic, host_llc_bytes, host_vector_bytes, resolve
         vector_bytes = host_vector_bytes()
-        native_fp16 = has_fp16_arithmetic(host_target())
     except Exception:  # no LLVM: generic defaults
         return ScheduleConfig()
+    try:
+        native_fp16 = has_fp16_arithmetic(resolve(target))  # the target built for, not the host
+    except Exception:  # a target llvm.build will reject with its own error
+        native_fp16 = False
     chains = NATIVE_FP16_CHAIN_REGISTERS if native_fp16 else ScheduleConfig.chain_registers
     return ScheduleConfig(vector_bytes=vector_bytes, stream_min_bytes=2 * host_llc_bytes()[0],
                           narrow_transpose_bytes=16, prefetch_bytes=PREFETCH_BYTES, chain_registers=chains)

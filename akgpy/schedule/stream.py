@@ -77,4 +77,5 @@ def mark_prefetch(mod, cfg: ScheduleConfig):
         return mod, "software prefetch: none (off)"
     mod = mod.__class__({gv: f.with_attr(PREFETCH_ATTR, cfg.prefetch_bytes) for gv, f in mod.functions_items()})
     return mod, (f"software prefetch: {cfg.prefetch_bytes} bytes ahead of each stride-1 vector read of a "
-                 "kernel argument, along the innermost loop that moves it")
+                 "kernel argument, along the innermost loop that moves it, where code generation finds "
+                 "one that qualifies (akgpy/targets/prefetch.py)")

@@ -6,8 +6,8 @@ out-of-order window, so only a few lines are in flight; the hardware prefetchers
 up for it on the 2-core Xeon VM this was measured on (LLC-resident data): ~2380 took 105 cycles
 per vector with its 218 MB of inputs and 45 with 7 MB. Cheap loops lose too when they read a
 quarter line per iteration (wide&deep's column sum ~7135 of float16 into float64 lanes).
-With a `prefetch` 1-2 KiB ahead of each such read, ~2380 went from 35.7 to 15.0 ms and ~7135
-from 3.5 to 2.3 ms (2 threads, kernel alone, interleaved).
+With a `prefetch` 2 KiB ahead of each such read, ~2380 went from 35.9 to 15.2 ms and ~7135
+from 3.44 to 2.29 ms (2 threads, kernel alone, interleaved).
 
 The prefetched address is the one the load reads some iterations later along the innermost
 loop whose variable moves it (its coefficient, from the lowered index): the distance over the
@@ -19,11 +19,14 @@ the schedule's loop coalescing), the linear extrapolation is still the address r
 Only stride-1 vector loads of kernel arguments qualify, and not those of an argument the same
 loop nest writes (read back from cache), nor reads spanning under 32 KiB over the nest (a bias
 row), nor a region an earlier loop read in the same iteration of an enclosing loop (a
-layernorm's second pass over its row); a scalar load would issue one prefetch per element.
+layernorm's second pass over its row, when that region is under REREAD_BYTES); a scalar load
+would issue one prefetch per element.
 A vector of several lines gets one prefetch per line.
 
 Prefetch is a hint: an address past an array's end does not fault (x86 PREFETCHh, AArch64
-PRFM), so the last iterations need no guard.
+PRFM), so the last iterations need no guard; a look-ahead beyond the whole range the nest
+reads is dropped. (TVM's address is an `inbounds` GEP, poison past the end; `llvm.prefetch`
+of it has no effect on results either way.)
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ from .vector_loads import _lanes
 LINE = 64
 MAX_LINES = 8  # per load: a register chain of 128 float16 lanes spans 4 lines
 REUSED_BYTES = 32 << 10  # a read spanning less than L1 over the whole nest stays cached: a bias row
+REREAD_BYTES = 256 << 10  # what an earlier loop of the same iteration read is still cached below this
 
 
 def _span(coeffs, loops) -> float:
@@ -56,8 +60,8 @@ def _span(coeffs, loops) -> float:
 class _Frame:
     """What a pass over one loop's body has seen: `lines` it prefetches (buffer, coefficients,
     line), `reads` of its subtree keyed by the enclosing loops' coefficients (buffer,
-    coefficients of the loops outside it), and `earlier`: the `reads` of the loops that ran
-    before the current one in this loop's body."""
+    coefficients of the loops outside it, offset), and `earlier`: the `reads` of the loops that
+    ran before the current one in this loop's body."""
 
     def __init__(self):
         self.lines, self.reads, self.earlier = set(), set(), set()
@@ -81,21 +85,27 @@ def prefetch_func(func):
         if (len(idx) != 1 or not isinstance(idx[0], tirx.Ramp) or not _is_one(idx[0].stride)
                 or str(ld.source.data) in local or str(ld.source.data) in written):
             return []
-        name, el = str(ld.source.data), tvm.runtime.DataType(str(ld.source.dtype)).bits // 8
+        name = str(ld.source.data)
+        el = max(1, (tvm.runtime.DataType(str(ld.source.dtype)).bits + 7) // 8)  # bool: a byte
         got = _linear(_inline(idx[0].base, lets), loops)
         moving = [i for i, c in enumerate(got[:-1]) if c] if got else []
-        if not moving or _span(got, loops) * el < REUSED_BYTES:
+        span = _span(got, loops) if moving else 0
+        if span * el < REUSED_BYTES:
             return []
-        # an earlier loop in the same iteration of an enclosing loop read this region: cached
-        if any((name, got[:i + 1]) in f.earlier for i, f in enumerate(frames[:-1])):
+        # an earlier loop in the same iteration of an enclosing loop read this region (same
+        # outer coefficients and offset, and small enough to still be cached): no prefetch
+        if any((name, got[:i + 1], got[-1]) in f.earlier for i, f in enumerate(frames)):
             return []
         for i, f in enumerate(frames):
-            f.reads.add((name, got[:i]))
+            if _span(got[i:-1], loops[i:]) * el <= REREAD_BYTES:
+                f.reads.add((name, got[:i], got[-1]))
         coef = got[moving[-1]]  # the innermost loop that moves this read
         # iterations ahead: the distance over the new bytes each iteration reads (a strided walk
         # reads one vector's lines per step however far apart the steps are)
         fresh = min(abs(coef) * el, max(LINE, _lanes(idx[0].ty) * el))
         ahead = coef * max(1, math.ceil(distance / fresh))
+        if abs(ahead) > span:  # past everything the nest reads: two rows 100M apart
+            return []
         per_line = max(1, LINE // el)
         out = []
         for m in range(min(MAX_LINES, math.ceil(_lanes(idx[0].ty) * el / LINE))):

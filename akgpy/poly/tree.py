@@ -579,7 +579,9 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
     all_pinned = all(len(pinned[s.name]) >= sum(e > 1 for e in extents(s)) for s in stmts)
     tail = None
     if all_pinned:
-        exprs, coincident, tail = _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where)
+        # member 0 stays whole for the thread pool
+        exprs, coincident, tail = _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where,
+                                                 first=1 if opts.parallel else 0)
     mark = _parallel_mark(model, stmts, exprs, coincident, opts, notes, where)
     last = len(coincident) - 1
     isolate = {} if tail is None else None  # coalesced: codegen needs both iterators of the split
@@ -597,11 +599,11 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
     return _insert_band(leaf, ctx, stmts, exprs, coincident, mark, isolate)
 
 
-def _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where, first=None):
+def _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where, first: int):
     """Trailing members too short to vectorise (a [..., 3, 3] tail) become one linear member
     9*i2 + 3*i3 + i4 when they are every statement's trailing dims and its written array's
-    trailing indices, so the linear member walks that array with stride 1. Returns
-    (exprs, coincident, {statement: coalesced dim indices} or None)."""
+    trailing indices, so the linear member walks that array with stride 1; members before
+    `first` never join. Returns (exprs, coincident, {statement: coalesced dim indices} or None)."""
     lanes = min(opts.lanes.get(s.name, 1) for s in stmts)
     last = len(coincident) - 1
     if lanes < 4 or last < 1:
@@ -610,8 +612,6 @@ def _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where, first=No
     if pow2_lanes(ext, lanes) >= max(4, lanes // 2):  # already a good vector
         return exprs, coincident, None
     q, total = last, ext
-    if first is None:
-        first = 1 if opts.parallel else 0  # member 0 stays whole for the thread pool
     while q - 1 >= first and pow2_lanes(total, lanes) < lanes and coincident[q - 1] and \
             all(_contiguous_tail(s, exprs[s.name][q - 1:]) for s in stmts):
         q -= 1

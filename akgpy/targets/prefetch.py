@@ -88,8 +88,8 @@ def prefetch_func(func):
         name = str(ld.source.data)
         el = max(1, (tvm.runtime.DataType(str(ld.source.dtype)).bits + 7) // 8)  # bool: a byte
         got = _linear(_inline(idx[0].base, lets), loops)
-        moving = [i for i, c in enumerate(got[:-1]) if c] if got else []
-        span = _span(got, loops) if moving else 0
+        coef = next((c for c in reversed(got[:-1]) if c), 0) if got else 0  # innermost loop moving it
+        span = _span(got, loops) if coef else 0
         if span * el < REUSED_BYTES:
             return []
         # an earlier loop in the same iteration of an enclosing loop read this region (same
@@ -99,7 +99,6 @@ def prefetch_func(func):
         for i, f in enumerate(frames):
             if _span(got[i:-1], loops[i:]) * el <= REREAD_BYTES:
                 f.reads.add((name, got[:i], got[-1]))
-        coef = got[moving[-1]]  # the innermost loop that moves this read
         # iterations ahead: the distance over the new bytes each iteration reads (a strided walk
         # reads one vector's lines per step however far apart the steps are)
         fresh = min(abs(coef) * el, max(LINE, _lanes(idx[0].ty) * el))

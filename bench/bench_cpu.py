@@ -74,20 +74,17 @@ def aligned_copy(a: np.ndarray) -> np.ndarray:
 
 def prebound(prog, arrays):
     """The program's kernels with arguments bound once (outputs preallocated): times the kernel alone."""
-    from akgpy.runtime.program import Program, _storage_view, aligned_empty
+    from akgpy.runtime.program import aligned_empty, as_aligned, as_storage
     g, calls = prog.graph, []
     for k in prog.kernels:
         args = []
         for p in k.params:
-            a = arrays[g.inputs.index(p.tensor)] if p.kind != "output" else None
-            if p.kind == "input":
-                args.append(Program._pass_input(a, p))
-            elif p.kind == "output":
+            if p.kind == "output":
                 args.append(aligned_empty(p.shape, p.dtype))
-            else:
-                v = _storage_view(a, p)
-                shared = any(q.kind == "input" and q.tensor == p.tensor for q in k.params)
-                args.append(v if v is not None and not shared else aligned_empty(p.shape, p.dtype))
+                continue
+            a = as_storage(as_aligned(arrays[g.inputs.index(p.tensor)]), p)
+            shared = p.kind == "inplace" and p.tensor in k.reads
+            args.append(aligned_empty(p.shape, p.dtype) if shared else a)
         calls.append((k.func, args))
     return lambda: [f(*a) for f, a in calls]
 

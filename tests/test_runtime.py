@@ -77,9 +77,11 @@ def test_wrong_arguments_raise_akgpy_errors():
         prog(x, object())
 
 
-def test_inplace_target_read_at_another_index():
+@pytest.mark.parametrize("aligned", [True, False])
+def test_inplace_target_read_at_another_index(aligned):
     """t <- transpose(t) + 1, reading t at another index than the one written: a kernel that
-    got t's buffer as both input and output would read already-overwritten values."""
+    got t's buffer as both input and output would read already-overwritten values. A
+    misaligned t goes through copies, and what reads t after the write still sees the new value."""
     n = 16
     b = GraphBuilder("transpose_inplace")
     t = b.input("t", (n, n), "float32")
@@ -92,6 +94,8 @@ def test_inplace_target_read_at_another_index():
     data = np.arange(n * n, dtype=np.float32).reshape(n, n)
     arr = aligned_empty((n, n), "float32")
     arr[...] = data
+    if not aligned:
+        arr = misaligned(arr)
     out_d, out_2 = prog(arr)
     new = data.T + 1
     np.testing.assert_array_equal(arr, new)

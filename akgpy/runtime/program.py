@@ -208,7 +208,7 @@ class Program:
         self._written = set(graph.inplace_targets())
         # What a call checks, passes and returns is worked out once. Right after the caches
         # were swept (by a memory-bound kernel, or anything else), each Python step of a call
-        # is a miss: on bert ~4253 (10 inputs, 7 outputs) checking the inputs took 62 us and
+        # is a miss: on bert ~4253 (11 inputs, 7 outputs) checking the inputs took 62 us and
         # taking the outputs one by one 116 us, against 3 us warm.
         self._expect = [(n, dtypes.to_numpy(graph.tensors[n].dtype), graph.tensors[n].shape, n in self._written)
                         for n in graph.inputs]

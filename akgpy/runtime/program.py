@@ -63,8 +63,7 @@ class OutputPool:
         return self.take_all([(shape, dtype, n)])[0]
 
     def take_all(self, specs: Sequence[tuple[tuple, Any, int]]) -> list[np.ndarray]:
-        """One buffer per (shape, dtype, bytes). A call's outputs are taken together: after the
-        caches were swept, each Python step of a take is a miss (7 takes cost 116 us cold)."""
+        """One buffer per (shape, dtype, bytes), after one reclaim pass: a call's outputs."""
         self._reclaim()
         out = []
         for shape, dtype, n in specs:
@@ -109,8 +108,7 @@ def as_aligned(a: np.ndarray) -> np.ndarray:
 
 def is_direct(a: np.ndarray) -> bool:
     """A kernel can take `a` itself: C-contiguous, writable (DLPack cannot export read-only
-    arrays) and 64-byte aligned. The interface dict is read, not `a.ctypes`, whose Python
-    wrapper is several cold cache misses per call."""
+    arrays) and 64-byte aligned."""
     return a.flags.carray and a.__array_interface__["data"][0] % ALIGN == 0
 
 
@@ -206,11 +204,9 @@ class Program:
         self.graph, self.kernels, self.target = graph, kernels, target
         self._in_index = {n: i for i, n in enumerate(graph.inputs)}
         self._written = set(graph.inplace_targets())
-        # What a call checks, passes and returns is worked out once, so a call runs no lookups
-        # it can skip. Right after the caches were swept (by a memory-bound kernel, or anything
-        # else) each Python step of a call is a miss: on bert ~4253 (11 inputs, 7 outputs)
-        # checking the inputs costs ~60 us and taking the outputs ~105 us (116 one at a time),
-        # against 3 us warm; most of that is numpy's own C paths, which no plan removes.
+        # what a call checks, passes and returns, worked out once: right after the caches were
+        # swept, each Python step of a call is a miss (bert ~4253: ~60 us checking 11 inputs,
+        # ~105 us taking 7 outputs, against 3 us warm)
         self._expect = [(n, dtypes.to_numpy(graph.tensors[n].dtype), graph.tensors[n].shape, n in self._written)
                         for n in graph.inputs]
         self._outputs: list[tuple[tuple, np.dtype, int]] = []  # every kernel output of a call, in order
@@ -243,60 +239,50 @@ class Program:
     def __repr__(self) -> str:
         return f"Program({self.graph.name!r}, {len(self.kernels)} kernel(s), target={self.target!r})"
 
-    def _check(self, arrays: Sequence[Any]) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
-        """The inputs as numpy arrays, and each one as a kernel can take it: the array itself
-        when aligned, compact and writable, else one aligned copy made here for every kernel
-        that reads it (None for an in-place target: a kernel before the reader may write it)."""
+    def _check(self, arrays: Sequence[Any]) -> list[np.ndarray]:
         g = self.graph
         if len(arrays) != len(g.inputs):
             raise ArgumentError(f"{g.name} takes {len(g.inputs)} inputs ({', '.join(g.inputs)}), got {len(arrays)}")
-        user, ready = [], []
+        out = []
         for (name, want, shape, written), x in zip(self._expect, arrays):
             a = x if type(x) is np.ndarray else as_numpy(x, name)
             if a.dtype != want:
                 raise ArgumentError(f"dtype {a.dtype} does not match the graph's {g.tensors[name].dtype}", tensor=name)
             if a.shape != shape:
                 raise ArgumentError(f"shape {list(a.shape)} does not match the graph's {list(shape)}", tensor=name)
-            direct = is_direct(a)
-            if written and not direct:
-                if not a.flags.writeable:
-                    raise ArgumentError("array is read-only but receives an in-place (InplaceAssign/Assign) result",
-                                        tensor=name)
-                ready.append(None)
-            else:
-                ready.append(a if direct else as_aligned_copy(a))
-            user.append(a)
-        return user, ready
+            if written and not a.flags.writeable:
+                raise ArgumentError("array is read-only but receives an in-place (InplaceAssign/Assign) result",
+                                    tensor=name)
+            out.append(a)
+        return out
 
     def __call__(self, *arrays: Any) -> tuple[np.ndarray, ...]:
-        user, ready = self._check(arrays)
+        args = self._check(arrays)
         with self._pool_lock:
             outs = self._pool.take_all(self._outputs)
         results: dict[str, np.ndarray] = {}
         for func, plan in self._plans:
             call_args, writebacks = [], []
             for kind, i, p, reshaped in plan:
-                if kind == _IN:
-                    a = ready[i]
-                    if a is None:  # an unaligned in-place target: its value as of this kernel
-                        a = as_aligned_copy(user[i])
-                    call_args.append(as_storage(a, p) if reshaped else a)
-                elif kind == _OUT:
+                if kind == _OUT:
                     results[p.tensor] = buf = outs[i]
                     call_args.append(buf)
-                else:  # in place: the kernel writes the target's new value here
-                    a = ready[i]
-                    if a is not None and kind == _INPLACE:
-                        call_args.append(as_storage(a, p) if reshaped else a)
-                    else:  # misaligned, or read by the same kernel at other indices
-                        buf = aligned_empty(p.shape, p.dtype)
-                        writebacks.append((user[i], buf))
-                        call_args.append(buf)
+                    continue
+                a = args[i]
+                if kind == _IN:
+                    a = as_aligned(a)
+                elif kind == _INPLACE_READ or not is_direct(a):
+                    # in place into a misaligned target, or one this kernel also reads elsewhere:
+                    # written apart, then copied into the caller's array
+                    buf = aligned_empty(p.shape, p.dtype)
+                    writebacks.append((a, buf))
+                    call_args.append(buf)
+                    continue
+                call_args.append(as_storage(a, p) if reshaped else a)
             func(*call_args)
             for dst, buf in writebacks:
                 np.copyto(dst, buf.view(dst.dtype).reshape(dst.shape) if dst.dtype.kind == "c" else buf.reshape(dst.shape))
         return tuple(_from_storage(results[n], dtype) for n, dtype in self._results)
-
 
 
 def _from_storage(buf: np.ndarray, dtype: str) -> np.ndarray:

@@ -688,6 +688,24 @@ def test_channel_sum_walks_its_input_in_storage_order():
     assert not check_program(g, prog) and not check_program(g, off)
 
 
+def test_fused_reduction_rows_walk_the_input_in_storage_order():
+    """yolo's loss ~3153: the sum's partials and their init fuse under isl's (chunk, batch)
+    band. The band is permutable, so its members run in the order of their strides in the
+    summed input, batch outermost: each chunk follows the previous one in memory, and the 32
+    batch rows (not 13 chunks) are what the threads share. stride1_innermost=False keeps isl's
+    order; both match the reference."""
+    path = next((CORPUS / "networks" / "yolov3_darknet53").glob("*_12524199302917293153.info"))
+    g = akgpy.load_composite(path)
+    prog = akgpy.fuse(g, config=WIDE)
+    text = prog.kernels[0].explain()
+    assert re.search(r"order: part \d+: fused members by their stride in \S+_lanes_update's largest read "
+                     r"\(the band is permutable\): \['i0', 'i1'\]", text), text[:3000]
+    assert re.search(r"parallel: part \d+: member 0 \(i0 of \S+_lanes_init\)", text), text[:3000]
+    off = akgpy.fuse(g, config=akgpy.ScheduleConfig(stride1_innermost=False))
+    assert "fused members by their stride" not in off.explain()
+    assert not check_program(g, prog) and not check_program(g, off)
+
+
 def _flatten_between_computed(rows=16, cols=13):
     """-x flattened and negated again, the unflattened -x an output too: two computed statements
     tied by S[i, j] -> T[13i + j]. isl's default search ran past any bound on this."""

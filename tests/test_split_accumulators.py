@@ -58,3 +58,23 @@ def test_without_the_split_llvm_carries_the_odd_vector(monkeypatch):
     prog = akgpy.fuse(g, config=WIDE)
     assert _odd(_phi_widths(prog)) == {"48"}
     assert not check_program(g, prog)
+
+
+@pytest.mark.parametrize("acc_first", [True, False])
+@pytest.mark.parametrize("op", ["Max", "Add"])
+def test_split_keeps_each_operand_on_its_side(op, acc_first):
+    """A float max of a NaN depends on operand order, so each chunk keeps the original's."""
+    from tvm import ir, tirx
+    acc = tirx.decl_buffer((96,), "float64", "acc")
+    src = tirx.decl_buffer((96,), "float64", "src")
+    ramp = tirx.Ramp(tirx.IntImm("int32", 0), 1, 48)
+    load, x = tirx.BufferLoad(acc, [ramp]), tirx.BufferLoad(src, [ramp])
+    cls = getattr(tirx, op)
+    store = tirx.BufferStore(acc, cls(load, x) if acc_first else cls(x, load), [ramp])
+    got = split_accumulators._split(store)
+    assert got is not None and len(got.seq) == 1 + 48 // 8
+    for st in got.seq[1:]:
+        assert isinstance(st.value, cls)
+        side = st.value.a if acc_first else st.value.b
+        assert isinstance(side, ir.TensorLoad) and side.source.same_as(acc)
+        assert str(side.ty).endswith("x8")

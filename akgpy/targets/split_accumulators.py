@@ -54,18 +54,18 @@ def _split(store):
     c = _chunk(n, tvm.runtime.DataType(str(store.buffer.dtype)).bits)
     if not c:
         return None
-    if _same_load(v.a, store):
-        other = v.b
-    elif _same_load(v.b, store):
-        other = v.a
-    else:
+    acc_first = _same_load(v.a, store)
+    if not acc_first and not _same_load(v.b, store):
         return None
+    other = v.b if acc_first else v.a
     x = tirx.Var("acc_in", other.ty)
     stmts = [tirx.Bind(x, other)]
     for j in range(0, n, c):
         r = tirx.Ramp(ramp.base + j, 1, c)
+        acc = tirx.BufferLoad(store.buffer, [r])
         part = tirx.Shuffle([x], [tirx.IntImm("int32", j + i) for i in range(c)])
-        stmts.append(tirx.BufferStore(store.buffer, type(v)(tirx.BufferLoad(store.buffer, [r]), part), [r]))
+        # operands in their order: a float max/min of a NaN depends on it
+        stmts.append(tirx.BufferStore(store.buffer, type(v)(acc, part) if acc_first else type(v)(part, acc), [r]))
     return tirx.SeqStmt(stmts)
 
 

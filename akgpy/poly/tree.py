@@ -301,10 +301,9 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
         # 4.3 KB block 13 KB from the next (alexnet ~7787, one thread: 1.88 -> 0.78 ms). Dims with
         # self dependences (the reduction's) stay where they are.
         slots = [k for k, q in enumerate(dims[:-1]) if q in co_dims]
-        ranked = sorted((dims[k] for k in slots), key=lambda q: -strides[q])
-        if ranked != [dims[k] for k in slots]:
-            for k, q in zip(slots, ranked):
-                dims[k] = q
+        ranked = _by_stride(slots, lambda k: strides[dims[k]])
+        if ranked != slots:
+            dims = [dims[r] for r in _permuted(len(dims), slots, ranked)]
             notes.append(f"order: {s.name}: outer parallel dims by their stride in its largest array: "
                          f"{[s.dims[q] for q in dims[:-1]]}")
     exprs = {s.name: [s.dims[q] for q in dims]}
@@ -577,7 +576,7 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
         if vector_tile(stmts, texprs, tco, K, sizes, exts, opts, notes, where):
             mark[len(tco) - 1] = VECTOR
         return _insert_band(leaf, ctx, stmts, texprs, tco, mark)
-    all_pinned = all(len(pinned[s.name]) >= sum(e > 1 for e in extents(s)) for s in stmts)
+    all_pinned = not any(_has_inner_loops(s, pinned) for s in stmts)
     tail = None
     if all_pinned:
         # member 0 stays whole for the thread pool
@@ -649,6 +648,24 @@ def _contiguous_tail(s: Statement, dims: list[str]) -> bool:
     return True
 
 
+def _has_inner_loops(s: Statement, pinned: dict[str, set[int]]) -> bool:
+    """The statement has dims of extent > 1 that the pinned (shared) loops do not run."""
+    return len(pinned[s.name]) < sum(e > 1 for e in extents(s))
+
+
+def _by_stride(slots: list[int], stride) -> list[int]:
+    """`slots` ordered by `stride(slot)`, largest first (storage order); ties keep their order."""
+    return sorted(slots, key=lambda k: -stride(k))
+
+
+def _permuted(n: int, slots: list[int], ranked: list[int]) -> list[int]:
+    """Positions 0..n-1 with `slots` filled from `ranked`: what each position takes."""
+    order = list(range(n))
+    for q, m in zip(slots, ranked):
+        order[q] = m
+    return order
+
+
 def _storage_order(stmts, exprs, coincident, pinned, opts, notes, where):
     """In a permutable fused band over a reduction whose update has loops inside the band, the
     coincident members in the order of their strides in the update's largest read: the rule of
@@ -657,7 +674,7 @@ def _storage_order(stmts, exprs, coincident, pinned, opts, notes, where):
     input with the 13 chunks of a batch row outermost and the 32 rows inside: each step jumped
     16224 floats, and the 13 parallel iterations split 7/6 over 2 threads."""
     ups = [s for s in stmts if s.kind == "update"]
-    if not ups or any(len(pinned[s.name]) >= sum(e > 1 for e in extents(s)) for s in ups):
+    if not ups or not all(_has_inner_loops(s, pinned) for s in ups):
         return exprs, coincident
     slots = [q for q, co in enumerate(coincident) if co]
     ranked = None
@@ -665,15 +682,13 @@ def _storage_order(stmts, exprs, coincident, pinned, opts, notes, where):
         strides = _dim_strides(s, opts)
         if strides is None:
             return exprs, coincident
-        mine = sorted(slots, key=lambda q: -strides[s.dims.index(exprs[s.name][q])])
+        mine = _by_stride(slots, lambda q: strides[s.dims.index(exprs[s.name][q])])
         if ranked is not None and mine != ranked:
             return exprs, coincident
         ranked = mine
     if ranked == slots:
         return exprs, coincident
-    order = list(range(len(coincident)))
-    for q, m in zip(slots, ranked):
-        order[q] = m
+    order = _permuted(len(coincident), slots, ranked)
     exprs = {n: [v[m] for m in order] for n, v in exprs.items()}
     notes.append(f"order: {where}: fused members by their stride in {ups[0].name}'s largest read (the band "
                  f"is permutable): {exprs[stmts[0].name]}")
@@ -685,7 +700,7 @@ def _stride1_last(stmts, exprs, coincident, pinned, notes, where):
     statement with no inner loops walks its largest array along with stride 1 innermost."""
     want = set()
     for s in stmts:
-        if len(pinned[s.name]) < sum(e > 1 for e in extents(s)):
+        if _has_inner_loops(s, pinned):
             return exprs, coincident  # this statement has inner loops: they are innermost anyway
         best = stride1_dims(s)[0]
         if best is None or s.dims[best] not in exprs[s.name]:

@@ -21,6 +21,7 @@ import tvm
 import tvm_ffi
 from tvm import ir, tirx
 
+from .stream_stores import _is_one
 from .vector_loads import _lanes
 
 MAX_CHUNK_BITS = 512
@@ -32,7 +33,7 @@ def _chunk(n: int, bits: int) -> int:
     c = n & -n  # the largest power of two dividing n
     while c * bits > MAX_CHUNK_BITS:
         c //= 2
-    return c if c * bits >= MIN_CHUNK_BITS and c < n else 0
+    return c if c * bits >= MIN_CHUNK_BITS else 0
 
 
 def _same_load(e, store) -> bool:
@@ -46,7 +47,7 @@ def _split(store):
     if len(store.indices) != 1 or not isinstance(store.indices[0], tirx.Ramp) or not isinstance(v, _OPS):
         return None
     ramp = store.indices[0]
-    if not (isinstance(ramp.stride, tirx.IntImm) and int(ramp.stride.value) == 1):
+    if not _is_one(ramp.stride):
         return None
     n = _lanes(v.ty)
     if n & (n - 1) == 0:

@@ -84,9 +84,24 @@ PREFETCH_BYTES = 2048
 NATIVE_FP16_CHAIN_REGISTERS = 2
 
 
+# narrow_transpose_bytes by the LLVM CPU name of the target, where the measurements differ from
+# the default 16. The best width follows the shuffle units, which no feature flag shows: on a
+# Xeon (AVX-512BW) 16-byte tiles won (above), on AMD Zen 5 (full-width 512-bit shuffles) 64:
+# yolo ~1373 4.1 -> 3.8 and 5.1/6.1 -> 4.2/5.0 ms (three interleaved A/B runs), its x49-pattern
+# sibling ~0080 2.07 -> 1.69, vgg ~3714 and eight other float16 transposes of the corpus within
+# +-3% (2 threads, kernel alone, a 128 MiB buffer written between calls). Unlisted CPUs keep 16.
+NARROW_TRANSPOSE_BYTES_BY_CPU = {"znver5": 64}
+
+
+def _narrow_transpose_bytes(tgt) -> int:
+    mcpu = str(tgt.attrs.get("mcpu", "") or "") if tgt is not None else ""
+    return NARROW_TRANSPOSE_BYTES_BY_CPU.get(mcpu, 16)
+
+
 def default_config(target=None) -> ScheduleConfig:
     """The default knobs for a target: vector width from the host CPU's features, streaming
-    threshold from its LLC, software prefetch on, fewer chain registers where float16 is native.
+    threshold from its LLC, software prefetch on, fewer chain registers where float16 is native,
+    the narrow-transpose width by CPU name (NARROW_TRANSPOSE_BYTES_BY_CPU).
     A bare ScheduleConfig() has prefetch off and 4 chain registers."""
     try:
         from ..targets.llvm import has_fp16_arithmetic, host_llc_bytes, host_vector_bytes, resolve
@@ -94,9 +109,11 @@ def default_config(target=None) -> ScheduleConfig:
     except Exception:  # no LLVM: generic defaults
         return ScheduleConfig()
     try:
-        native_fp16 = has_fp16_arithmetic(resolve(target))  # the target built for, not the host
+        tgt = resolve(target)  # the target built for, not the host
+        native_fp16 = has_fp16_arithmetic(tgt)
     except Exception:  # a target llvm.build will reject with its own error
-        native_fp16 = False
+        tgt, native_fp16 = None, False
     chains = NATIVE_FP16_CHAIN_REGISTERS if native_fp16 else ScheduleConfig.chain_registers
     return ScheduleConfig(vector_bytes=vector_bytes, stream_min_bytes=2 * host_llc_bytes()[0],
-                          narrow_transpose_bytes=16, prefetch_bytes=PREFETCH_BYTES, chain_registers=chains)
+                          narrow_transpose_bytes=_narrow_transpose_bytes(tgt), prefetch_bytes=PREFETCH_BYTES,
+                          chain_registers=chains)

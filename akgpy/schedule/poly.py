@@ -175,6 +175,9 @@ def _transpose_sources(func) -> set[str]:
         structural_walk(b.body, [(ir.TensorLoad, mine.append)])
         for r in b.reads:
             src = writer.get(r.source.name)
+            # a cast between the math and the transpose moves nothing: look through it
+            while src is not None and src.split("_")[0] == "Cast" and len(blocks[src].reads) == 1:
+                src = writer.get(blocks[src].reads[0].source.name)
             if src is None or src.split("_")[0] in MOVES_ONLY:
                 continue
             # only when the transpose moves the innermost dim: otherwise the inlined read is

@@ -453,7 +453,9 @@ def test_long_rows_split_into_chunks_still_sum_in_vector_partials():
     ((16, 9, 512), (0, 2, 1), "float16", None, "32 x 9"),  # rows of 9: each tile's output is one block
     ((4, 3, 3, 256), (0, 3, 1, 2), "float16", None, "32 x 9"),  # yolo's [.., 3, 3, 512] pattern
     ((4, 64, 96), (0, 2, 1), "float32", None, "16 x 16"),  # long rows both ways: 16 stores of 16 lanes
-    ((6, 3, 3, 30), (0, 3, 1, 2), "float32", None, "30 x 3"),  # 30: no power-of-two part, 2 registers a row
+    # 30: no power-of-two part; whole rows (2 registers each) leave room for 3 rows, half-rows
+    # of 15 for 9: the tile's output one block of 9 rows (tiles.SHORT_SIDE)
+    ((6, 3, 3, 30), (0, 3, 1, 2), "float32", None, "15 x 9"),
     ((2, 3, 64, 64), (0, 2, 3, 1), "float32", "float16", "32 x 3"),  # vgg: cast + NCHW -> NHWC
     ((4, 64, 96, 1), (0, 2, 1, 3), "float32", None, "16 x 16"),  # a trailing unit dim
     ((2, 3, 85, 26, 26), (0, 3, 4, 1, 2), "float16", None, "26 x 5"),  # 85 rows: 5, and not 3 of them
@@ -785,4 +787,18 @@ def test_independent_parts_do_not_share_a_stride1_loop():
     prog = akgpy.fuse(g, schedule="poly")
     tir = prog.kernels[0].tir
     assert tir.count("T.vectorized") >= 7, tir[:3000]
+    assert not check_program(g, prog)
+
+
+@pytest.mark.parametrize("channels,tile", [(255, "26 x 15"), (256, "52 x 8")])
+def test_transpose_tile_width_leaves_room_for_rows(channels, tile):
+    """yolo's [N, 255, 52, 52] float16 -> NHWC: 52-element rows take two registers each, so
+    only 5 of 255's divisors fit, and every output row was a 10-byte store. Half-rows of 26
+    leave registers for 15 rows. With 256 channels 8 rows fit whole ones, which stay."""
+    b = GraphBuilder("transpose_short_side")
+    x = b.input("x", (2, channels, 52, 52), "float16")
+    b.output(b.transpose(x, (0, 2, 3, 1)))
+    g = b.build()
+    prog = akgpy.fuse(g, config=akgpy.ScheduleConfig(vector_bytes=64))
+    assert f"each tile ({tile}) is transposed in registers" in prog.explain()
     assert not check_program(g, prog)

@@ -50,17 +50,17 @@ def merge_parts(model: PolyModel, deps: Deps, groups, independent: bool):
         parts = prev.parts if isinstance(prev, Merged) else [(pfilt, prev)]
         fwd = deps.validity.intersect_domain(pfilt).intersect_range(filt)
         bands = [b for _, b in parts] + [band]
-        upas, rows = [], {}
-        if independent or not fwd.is_empty():
+        upas, rows, dependent = [], {}, not fwd.is_empty()
+        if independent or dependent:
             # parts that only share inputs keep one shared loop: deeper, yolo ~1373's seven
             # independent transposes ran 10.6 instead of 7.6 ms
-            most = 1 if fwd.is_empty() else math.inf
+            most = math.inf if dependent else 1
             # the first shared loop may walk a stride-1 dim when the parts depend on each other
             # (the consumer reads what its producer just wrote); independent parts gain nothing
             # from it and would lose their vector loops (resnet's 7 elementwise parts of
             # [1024, 256] / [256, 1024] each, ~2248: 7.7 ms, 13x the plain schedule)
             while len(upas) < most and (got := _shared_member(model, bands, len(upas))) is not None \
-                    and ((not upas and not fwd.is_empty()) or not _walks_stride1(model, rows, got[1])) \
+                    and ((not upas and dependent) or not _walks_stride1(model, rows, got[1])) \
                     and _same_iteration(model, deps, upas + [got[0]], fwd, pfilt, filt):
                 upas.append(got[0])
                 for n, d in got[1].items():

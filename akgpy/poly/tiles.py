@@ -49,8 +49,8 @@ def register_transpose_tile(stmts, exprs, coincident, opts, notes, where):
     W = pow2_lanes(ext[r], lanes)
     widths = [W]
     if W < max(4, lanes // 2):  # else whole rows up to two registers (52: LLVM splits 32 + 16 + 4)
-        widths = sorted((d for d in range(max(4, lanes // 2), 2 * lanes + 1) if ext[r] % d == 0), reverse=True)
-    if not widths or not widths[0] or not rows:
+        widths = [d for d in range(2 * lanes, max(4, lanes // 2) - 1, -1) if ext[r] % d == 0]
+    if not widths or not rows:
         return None
     # the tile's shorter side is the length of its vector loads or stores: a narrower width
     # that divides the row may leave registers for more rows (yolo [32, 255, 52, 52] float16
@@ -88,15 +88,10 @@ SHORT_SIDE = 8
 
 
 def _best_width(widths, lanes, rows, ext):
-    """(W, R, sizes): the widest width unless a narrower one makes the tile's shorter side
-    longer, up to SHORT_SIDE, then the larger tile."""
-    best, key = None, None
-    for w in widths:
-        R, sizes = _rows_for(w, lanes, rows, ext)
-        k = (min(w, R, SHORT_SIDE), w * R)
-        if best is None or k > key:
-            best, key = (w, R, sizes), k
-    return best
+    """(W, R, sizes) for `widths` widest first: the widest unless a narrower one makes the
+    tile's shorter side longer, up to SHORT_SIDE, then the larger tile (max keeps the first)."""
+    tiles = [(w, *_rows_for(w, lanes, rows, ext)) for w in widths]
+    return max(tiles, key=lambda t: (min(t[0], t[1], SHORT_SIDE), t[0] * t[1]))
 
 
 def vector_tile(stmts, texprs, tco, K, sizes, exts, opts, notes, where) -> bool:

@@ -636,7 +636,9 @@ def _contiguous_tail(s: Statement, dims: list[str]) -> bool:
     """Are `dims` the statement's trailing dims and its writes' trailing indices, in order, and
     the trailing indices of each big read that walks the innermost of them with stride 1? A
     read contiguous along the innermost dim only would become a gather in the linear member
-    (lstm [64, 500, 300] -> [500, 64, 300] ~5129: 16-lane gathers, 1.5x plain's 15-lane loads)."""
+    (lstm [64, 500, 300] -> [500, 64, 300] ~5129: 16-lane gathers, 1.5x plain's 15-lane loads).
+    Indices, not extents: an access to part of a wider array (an UnPad's [.., 3, 3] of [.., 4, 4])
+    passes and is gathered; the model does not hold array shapes."""
     if s.dims[-len(dims):] != dims:
         return False
     inner = s.dims.index(dims[-1])

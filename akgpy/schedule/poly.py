@@ -163,7 +163,9 @@ def _transpose_sources(func) -> set[str]:
     """Elementwise blocks that feed a Transpose and compute something (more than a copy or a
     cast of an input). Inlined, their math would run in the transposed order: scalar, with
     every operand gathered across its stride-1 dim. Kept, they are statements of their own
-    that the tree passes run vectorised in their natural order, next to the transpose."""
+    that the tree passes run vectorised in their natural order, next to the transpose. Only
+    those whose value varies along their innermost dim (`_varies`): a broadcast has nothing to
+    vectorise there."""
     blocks = _blocks(func)
     writer = {b.writes[0].source.name: n for n, b in blocks.items() if b.writes}
     out = set()
@@ -189,36 +191,41 @@ def _transpose_sources(func) -> set[str]:
             loads = []
             structural_walk(blocks[src].body, [(ir.TensorLoad, loads.append)])
             read = {ld.source.name for ld in loads}
-            # combines operands, or ends a chain; and not a broadcast along its innermost dim: kept,
-            # that would be written out whole with short vectors, where the transpose's loop
-            # order reads its operand contiguously (resnet x[n, c] / 49 -> [n, 7, 7, c]: 1.74 ms
-            # kept, 0.11 inlined, as plain)
+            # combines operands, or ends a chain. A broadcast along its innermost dim is inlined:
+            # kept, it would be written out whole with short vectors and gathered back, while
+            # the transpose's loop order reads its operand contiguously (resnet x[n, c] / 49 ->
+            # [n, 7, 7, c]: 1.74 ms kept, 0.11 inlined, as plain)
             if (len(read) >= 2 or read & set(writer)) and _varies(blocks, writer, src, -1, {}):
                 out.add(src)
     return out
 
 
 def _varies(blocks, writer, name, pos, seen) -> bool:
-    """Whether block `name`'s value depends on its iter var at `pos`, through the blocks it reads
-    (an index other than that bare var, or a kernel argument indexed by it, counts as yes)."""
+    """Whether block `name`'s value depends on its iter var at `pos`, through the blocks it reads.
+    Yes for any use of the var but as a whole index of an intermediate (a kernel argument indexed
+    by it, an index expression, a OneHot's `j == idx`), else as that intermediate says."""
     key = (name, pos)
     if key not in seen:
         seen[key] = True  # a cycle cannot happen in a dataflow graph; be conservative anyway
         b = blocks[name]
-        var = b.iter_vars[pos].var if b.iter_vars else None
+        if not b.iter_vars or not isinstance(b.body, tirx.BufferStore):
+            return True
+        var = b.iter_vars[pos].var
+
+        def uses(e) -> int:
+            found = []
+            structural_walk(e, [(tirx.Var, lambda v: found.append(v) if v.same_as(var) else None)])
+            return len(found)
+        passed, got = 0, False  # uses handed on to a producer: the var as a whole index
         loads = []
-        structural_walk(b.body, [(ir.TensorLoad, loads.append)])
-        got = False
+        structural_walk(b.body.value, [(ir.TensorLoad, loads.append)])
         for ld in loads:
             for k, ix in enumerate(ld.indices):
-                used = []
-                structural_walk(ix, [(tirx.Var, used.append)])
-                if var is None or not any(v.same_as(var) for v in used):
-                    continue
                 src = writer.get(ld.source.name)
-                if src is None or not ix.same_as(var) or _varies(blocks, writer, src, k, seen):
-                    got = True
-        seen[key] = got
+                if src is not None and ix.same_as(var):
+                    passed += 1
+                    got = got or _varies(blocks, writer, src, k, seen)
+        seen[key] = got or uses(b.body.value) > passed
     return seen[key]
 
 

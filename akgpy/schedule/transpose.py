@@ -10,9 +10,9 @@ vector stores: R stores of W lanes when the tile's output is one contiguous bloc
 of R lanes. A standalone [1024, 9, 512] -> [1024, 512, 9] float16 transpose took 1.37 ms as
 scalar loops, 0.93 ms as vector loads with scattered stores, and 0.24 ms this way.
 From 4 rows up the rows first go through log2 rounds of two-register interleaves (`_network`),
-so that each store shuffles one register per power-of-two group of rows instead of all R rows,
-which LLVM lowers to element inserts and spills for odd tiles (yolo ~1373, 32 x 9 float32:
-5.2 -> 4.0 ms; ~5049, 26 x 16 float16: 3.2 -> 2.1 ms).
+so that each store shuffles a register or two per power-of-two group of rows instead of all R
+rows, which LLVM lowers to element inserts and spills for odd tiles (yolo ~1373, 32 x 9
+float32: 5.2 -> 4.0 ms; ~4409, 26 x 16 float16: 3.2 -> 2.1 ms).
 """
 from __future__ import annotations
 
@@ -165,8 +165,9 @@ def _network(vs, W, R, dtype):
     LLVM shufflevector of two vectors: one vpermt2/unpck on x86). A single shuffle of all R rows
     per store is what LLVM scalarises for odd shapes ([52 x 5] float16 tiles: element inserts
     and stack spills). The rows go in power-of-two groups (13 = 8 + 4 + 1), lanes padded to a
-    power of two; a store then takes its lanes from one register of each group. (lets binding
-    the rounds' registers, {(row, element): (registers, lane)}) or None when R < 4."""
+    power of two; a store then takes its lanes from a register or two of each group (two when
+    it spans columns of the tile's output block). Returns (binds, sources), or None when R < 4:
+    `binds` the lets of the rounds' registers, `sources` {(row, element): (registers, lane)}."""
     if R < 4:
         return None
     binds, sources, start = [], {}, 0

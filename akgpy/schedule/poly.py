@@ -204,28 +204,20 @@ def _varies(blocks, writer, name, pos, seen) -> bool:
     """Whether block `name`'s value depends on its iter var at `pos`, through the blocks it reads.
     Yes for any use of the var but as a whole index of an intermediate (a kernel argument indexed
     by it, an index expression, a OneHot's `j == idx`), else as that intermediate says."""
-    key = (name, pos)
-    if key not in seen:
-        seen[key] = True  # a cycle cannot happen in a dataflow graph; be conservative anyway
-        b = blocks[name]
-        if not b.iter_vars or not isinstance(b.body, tirx.BufferStore):
-            return True
-        var = b.iter_vars[pos].var
-
-        def uses(e) -> int:
-            found = []
-            structural_walk(e, [(tirx.Var, lambda v: found.append(v) if v.same_as(var) else None)])
-            return len(found)
-        passed, got = 0, False  # uses handed on to a producer: the var as a whole index
-        loads = []
-        structural_walk(b.body.value, [(ir.TensorLoad, loads.append)])
-        for ld in loads:
-            for k, ix in enumerate(ld.indices):
-                src = writer.get(ld.source.name)
-                if src is not None and ix.same_as(var):
-                    passed += 1
-                    got = got or _varies(blocks, writer, src, k, seen)
-        seen[key] = got or uses(b.body.value) > passed
+    b = blocks[name]
+    if not b.iter_vars or not isinstance(b.body, tirx.BufferStore):
+        return True
+    key = (name, pos % len(b.iter_vars))
+    if key in seen:
+        return seen[key]
+    seen[key] = True  # a cycle cannot happen in a dataflow graph; be conservative anyway
+    var, value = b.iter_vars[key[1]].var, b.body.value
+    uses, loads = [], []
+    structural_walk(value, [(tirx.Var, lambda v: uses.append(v) if v.same_as(var) else None),
+                            (ir.TensorLoad, loads.append)])
+    passed = [(writer[ld.source.name], k) for ld in loads if ld.source.name in writer
+              for k, ix in enumerate(ld.indices) if ix.same_as(var)]  # handed on to a producer
+    seen[key] = len(uses) > len(passed) or any(_varies(blocks, writer, src, k, seen) for src, k in passed)
     return seen[key]
 
 

@@ -255,15 +255,11 @@ def _shuffle(vs, lanes):
 def _store(buf, indices, cells, sources):
     """Store the tile's `cells`, found at `sources` {(row, element): (registers, lane)}: one
     shuffle of the registers that hold them."""
-    groups, offset, lanes = [], {}, []
+    regs, offset, lanes = [], {}, []
     for c in cells:
         group, lane = sources[c]
         if id(group) not in offset:  # a group is one list object per register (or per tile)
-            offset[id(group)] = sum(_lanes_of(g) for g in groups)
-            groups.append(group)
+            offset[id(group)] = sum(int(v.ty.dtype.lanes) for v in regs)
+            regs += group
         lanes.append(offset[id(group)] + lane)
-    return tirx.BufferStore(buf, _shuffle([v for g in groups for v in g], lanes), indices)
-
-
-def _lanes_of(group) -> int:
-    return sum(int(v.ty.dtype.lanes) for v in group)
+    return tirx.BufferStore(buf, _shuffle(regs, lanes), indices)

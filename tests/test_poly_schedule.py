@@ -449,6 +449,22 @@ def test_long_rows_split_into_chunks_still_sum_in_vector_partials():
     assert not check_program(g, prog)
 
 
+@pytest.mark.parametrize("row,partials", [(240, 48), (256, 64), (192, 64), (80, 16)])
+def test_row_sums_of_vector_math_step_over_several_registers(row, partials):
+    """The partial sums of an exp/log row sum cover up to MATH_REGISTERS float32 registers per
+    step, the widest the row length allows (whole registers: 80 = 5 x 16 keeps one), so several
+    independent chains of math are in flight (softplus sum, rows of 256: 59 -> 43 cycles per 16
+    elements)."""
+    b = GraphBuilder("softplus_rows")
+    x, z = b.input("x", (64, row)), b.input("z", (64, row))
+    b.output(b.reduce_sum(b.maximum(x, 0.0) - x * z + b.log(b.exp(-b.abs(x)) + 1.0), axis=(1,)))
+    g = b.build()
+    prog = akgpy.fuse(g, config=WIDE)
+    assert re.search(rf"_rf = T.sblock_alloc_buffer\(\(64, {partials}\), \"float64\"\)", prog.kernels[0].tir), \
+        prog.kernels[0].tir[:1500]
+    assert not check_program(g, prog)
+
+
 @pytest.mark.parametrize("shape", [(1024, 240), (245760,), (4, 64, 96)])
 def test_a_full_sum_to_a_scalar_sums_in_vector_partials(shape):
     """A sum over every axis without keep_dims has a 0-d result, a block with no loop. TVM's

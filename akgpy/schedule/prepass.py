@@ -18,11 +18,19 @@ from .config import ScheduleConfig
 from .plain import contiguous_iter, tvm_dtype_bits
 
 
+# float32 registers of vector math that one step of a row reduction's partial sums covers (at
+# most: the row's length must divide). Each element's exp/log is a chain of ~40 dependent ops,
+# and a step of one register left the core waiting on latency; with more independent registers
+# per step a softplus row sum (one thread, cache-resident) ran 49 -> 42 cycles per 16 elements
+# at rows of 240 (3 registers), 59 -> 43 at 256 (4 instead of 2), 49 -> 46 at 192 (4 instead of 2).
+MATH_REGISTERS = 4
+
+
 def wide_partials(block) -> bool:
     """Float64 partial sums of float32-or-narrower vector math (te/fastmath.py's exp/log/tanh):
-    twice the lanes, two accumulator registers, so the math runs at full register width and two
-    add chains are in flight (yolo loss graph 22.1 -> 15.2 ms, A/B). A plain cast-sum lost 30%
-    that way, so only for math."""
+    at least twice the lanes (up to MATH_REGISTERS float32 registers), so the math runs at full
+    register width and several add chains are in flight (yolo loss graph 22.1 -> 15.2 ms at two,
+    A/B). A plain cast-sum lost 30% that way, so only for math."""
     if len(block.writes) != 1:
         return False
     acc = block.writes[0].source
@@ -75,8 +83,10 @@ def rfactor_rows(sch, names: list[str], roles: dict[str, str], cfg: ScheduleConf
         lanes = max(cfg.vector_bytes * 8 // max(acc_bits, 8), 1)
         ext = sch.get(loops[-1]).extent
         ext = int(ext.value) if hasattr(ext, "value") else 0
-        if wide_partials(blk) and ext % (2 * lanes) == 0 and ext >= 4 * lanes:
-            lanes *= 2
+        if wide_partials(blk) and ext >= 4 * lanes:
+            # whole float32 registers of math per step, as many as MATH_REGISTERS and the row allow
+            lanes = max([lanes] + [m for m in range(2 * lanes, 2 * lanes * MATH_REGISTERS + 1, 2 * lanes)
+                                   if ext % m == 0])
         if lanes < 4 or ext < 2 * lanes or ext % lanes:
             continue
         try:

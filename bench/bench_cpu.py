@@ -1,7 +1,7 @@
 """CPU benchmark: akgpy kernels against numpy, torch eager and torch.compile (inductor) on the
 subgraphs of ../shared/bench/bench_set.txt, with a STREAM triad (compiled by akgpy) as the ceiling.
 
-    python bench/bench_cpu.py [--only SUBSTR] [--repeat N] [--json PATH] [--no-torch] [--schedules plain[,poly]]
+    python bench/bench_cpu.py [--only SUBSTR] [--repeat N] [--json PATH] [--no-torch] [--schedules plain,poly]
 
 Per subgraph: every implementation is checked against akgpy.reference first (the `check` column),
 then timed on one set of 64-byte aligned inputs: warm-up, then `--repeat` rounds, each calling every
@@ -343,7 +343,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--no-torch", action="store_true")
-    ap.add_argument("--schedules", default="plain", help="comma list passed as schedule= to akgpy.fuse")
+    ap.add_argument("--schedules", default="plain,poly", help="comma list passed as schedule= to akgpy.fuse")
     ap.add_argument("--gap-ms", type=float, default=5.0, help="sleep before each timed call")
     ap.add_argument("--inductor-cache", help="TORCHINDUCTOR_CACHE_DIR (default: a fresh one, so compiles are cold)")
     args = ap.parse_args(argv)

@@ -36,8 +36,11 @@ class ScheduleConfig:
     # a kernel moving at least this many bytes writes its large outputs with non-temporal stores
     # (no write-allocate read); 0 = never. default_config: twice the host's last-level cache
     stream_min_bytes: int = 64 << 20
-    # whether a kernel that writes more bytes than it reads streams too (see STREAM_WRITE_HEAVY_BY_CPU)
+    # whether a kernel that writes more bytes than it reads streams too (see STREAM_POLICY_BY_CPU)
     stream_write_heavy: bool = False
+    # the share of a kernel's candidate output bytes that whole-line stores must write for any of
+    # them to stream (0: each qualifying store streams); default_config: STREAM_POLICY_BY_CPU
+    stream_share: float = 0.9
     # register width of an in-register transpose of elements narrower than 32 bits; 0 = vector_bytes.
     # default_config: 16. AVX2 has no 16-bit permute across the two halves of a register (vpermw
     # is AVX-512BW): a 16-lane float16 tile of 9 rows took ~16 shuffles per output register, and
@@ -72,6 +75,9 @@ class ScheduleConfig:
         for f in ("input_fusion", "stream_write_heavy"):
             if not isinstance(getattr(self, f), bool):
                 raise CompileError(f"ScheduleConfig.{f} must be a bool, got {getattr(self, f)!r}")
+        if not isinstance(self.stream_share, (int, float)) or isinstance(self.stream_share, bool) \
+                or not 0.0 <= self.stream_share <= 1.0:
+            raise CompileError(f"ScheduleConfig.stream_share must be a number in [0, 1], got {self.stream_share!r}")
         if not isinstance(self.isl_timeout_s, (int, float)) or not self.isl_timeout_s > 0:
             raise CompileError(f"ScheduleConfig.isl_timeout_s must be > 0, got {self.isl_timeout_s!r}")
 
@@ -96,14 +102,21 @@ NATIVE_FP16_CHAIN_REGISTERS = 2
 NARROW_TRANSPOSE_BYTES_BY_CPU = {"znver5": 64}
 
 
-# stream_write_heavy by the LLVM CPU name of the target. A write skips its write-allocate read
-# when it streams, so a kernel that writes more than it reads should gain the most; on a Xeon VM
-# the dropout ~6619 (writes 1.3x its reads) nevertheless ran 12-14% slower streamed, so unlisted
-# CPUs keep such kernels on plain stores. On AMD Zen 5, streamed: dropout ~6619 7.27 -> 4.40 ms
-# and its half-size sibling 3.59 -> 2.17, the cast ~3234 (2x) 4.35 -> 2.81, four PadAkg copies
-# (1.01-1.04x) 22.2 -> 14.2, 10.9 -> 7.1, 6.1 -> 3.9, 3.0 -> 1.9 ms; the other three corpus
-# kernels of that kind within 1% (2 threads, kernel alone, interleaved, 21 repeats).
-STREAM_WRITE_HEAVY_BY_CPU = {"znver5": True}
+# The streaming-store policy by the LLVM CPU name of the target, where it differs from the
+# defaults measured on a Xeon VM: there the dropout ~6619 (writes 1.3x its reads) ran 12-14%
+# slower streamed, and a kernel mixing streamed and cached output lines ran slower than with
+# plain stores alone (streaming ~6619's float32 half cost 5%). A write skips its write-allocate
+# read when it streams, and on AMD Zen 5 (STREAM triad 99 GB/s streamed, 64 with plain stores)
+# both rules cost time. Kernel alone, 2 threads, interleaved, 21 repeats:
+# - stream_write_heavy: dropout ~6619 7.27 -> 4.40 ms and its half-size sibling 3.59 -> 2.17,
+#   the cast ~3234 (2x) 4.35 -> 2.81, four PadAkg copies (1.01-1.04x) 22.2 -> 14.2, 10.9 -> 7.1,
+#   6.1 -> 3.9, 3.0 -> 1.9 ms; the other three corpus kernels of that kind within 1%.
+# - stream_share 0 (each qualifying store streams): bert layernorm ~4253 1.98 -> 1.69 ms, whose
+#   output rows read back by the row sum cannot stream; Reshape_Mul_Cast ~4406 6.24 -> 5.21;
+#   three yolo Mul -> Transpose kernels, whose transposed half cannot, within +-5% (noise here).
+#   These five are every corpus kernel whose streamed stores the share changes.
+# Unlisted CPUs keep the defaults.
+STREAM_POLICY_BY_CPU = {"znver5": {"stream_write_heavy": True, "stream_share": 0.0}}
 
 
 def _mcpu(tgt) -> str:
@@ -117,8 +130,8 @@ def _narrow_transpose_bytes(tgt) -> int:
 def default_config(target=None) -> ScheduleConfig:
     """The default knobs for a target: vector width from the host CPU's features, streaming
     threshold from its LLC, software prefetch on, fewer chain registers where float16 is native,
-    the narrow-transpose width and whether write-heavy kernels stream by CPU name
-    (NARROW_TRANSPOSE_BYTES_BY_CPU, STREAM_WRITE_HEAVY_BY_CPU).
+    the narrow-transpose width and the streaming policy by CPU name
+    (NARROW_TRANSPOSE_BYTES_BY_CPU, STREAM_POLICY_BY_CPU).
     A bare ScheduleConfig() has prefetch off and 4 chain registers."""
     try:
         from ..targets.llvm import has_fp16_arithmetic, host_llc_bytes, host_vector_bytes, resolve
@@ -133,5 +146,4 @@ def default_config(target=None) -> ScheduleConfig:
     chains = NATIVE_FP16_CHAIN_REGISTERS if native_fp16 else ScheduleConfig.chain_registers
     return ScheduleConfig(vector_bytes=vector_bytes, stream_min_bytes=2 * host_llc_bytes()[0],
                           narrow_transpose_bytes=_narrow_transpose_bytes(tgt), prefetch_bytes=PREFETCH_BYTES,
-                          chain_registers=chains,
-                          stream_write_heavy=STREAM_WRITE_HEAVY_BY_CPU.get(_mcpu(tgt), False))
+                          chain_registers=chains, **STREAM_POLICY_BY_CPU.get(_mcpu(tgt), {}))

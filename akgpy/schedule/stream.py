@@ -7,7 +7,7 @@ moves at least `ScheduleConfig.stream_min_bytes` (default: twice the host's last
 and the output itself is at least `MIN_OUTPUT` (a few stores into a small output gain nothing).
 A kernel whose data fits in cache keeps plain stores: its output is still cached for the next
 kernel. Whether a kernel that writes more bytes than it reads streams depends on the CPU
-(`ScheduleConfig.stream_write_heavy`, `config.STREAM_WRITE_HEAVY_BY_CPU`): on a Xeon VM the
+(`ScheduleConfig.stream_write_heavy`, `config.STREAM_POLICY_BY_CPU`): on a Xeon VM the
 dropout ~6619 (writes 1.3x its reads) ran 12-14% slower with streamed outputs at either vector
 width, and the cast ~3234 (2x) gained only 4-7%; on AMD Zen 5 both ran 35-40% faster. Measured with a threshold of one LLC, bert's layernorm ~3896 (47 MB, LLC 32 MiB) went
 from 1.33 to 2.39 ms: repeated, much of its data stays cached, and streamed output lines skip
@@ -27,11 +27,13 @@ from .config import ScheduleConfig
 
 ATTR = "akgpy.stream_outputs"  # PrimFunc attr: {buffer data name: [output tensor, bytes]}
 PREFETCH_ATTR = "akgpy.prefetch_bytes"  # PrimFunc attr: software prefetch distance in bytes
+SHARE_ATTR = "akgpy.stream_share"  # PrimFunc attr: ScheduleConfig.stream_share
 MIN_OUTPUT = 1 << 20
-# Stream only when (nearly) all output bytes can: a kernel mixing streamed and cached output
-# lines ran slower than with plain stores alone (dropout ~6619, measured while its float16
-# half-line stores could not stream: streaming the float32 half cost 5%).
-STREAM_SHARE = 0.9
+# By default stream only when (nearly) all output bytes can: on a Xeon VM a kernel mixing
+# streamed and cached output lines ran slower than with plain stores alone (dropout ~6619,
+# measured while its float16 half-line stores could not stream: streaming the float32 half cost
+# 5%). A function marked without SHARE_ATTR uses this; per CPU: config.STREAM_POLICY_BY_CPU.
+STREAM_SHARE = ScheduleConfig.stream_share
 
 
 def _bytes(p) -> int:
@@ -63,11 +65,13 @@ def mark_stream_outputs(mod, low: Lowered, cfg: ScheduleConfig):
     if written > read and not cfg.stream_write_heavy:
         return mod, (f"streaming stores: none (the kernel writes more than it reads: {written >> 20} MiB "
                      f"against {read >> 20} MiB, and stream_write_heavy is off for this CPU)")
-    mod = mod.__class__({gv: func.with_attr(ATTR, {**outputs, **_views(func, outputs)})})
+    func = func.with_attr(ATTR, {**outputs, **_views(func, outputs)}).with_attr(SHARE_ATTR, float(cfg.stream_share))
+    mod = mod.__class__({gv: func})
+    when = (f"when stores that fill whole lines write at least {int(100 * cfg.stream_share)}% of their bytes"
+            if cfg.stream_share else "each store that fills whole lines")
     return mod, (f"streaming stores: candidates {', '.join(t for t, _ in outputs.values())} (kernel moves "
-                 f"{moved >> 20} MiB >= {cfg.stream_min_bytes >> 20} MiB); code generation streams them "
-                 f"when stores that fill whole lines write at least {int(100 * STREAM_SHARE)}% of "
-                 "their bytes and none is read back")
+                 f"{moved >> 20} MiB >= {cfg.stream_min_bytes >> 20} MiB); code generation streams {when}, "
+                 "into outputs not read back")
 
 
 def mark_prefetch(mod, cfg: ScheduleConfig):

@@ -15,7 +15,8 @@ on a line and covering whole lines: streaming 16-byte stores scattered across ro
 yolo transpose 2.1x slower (write-combining buffers left partial lines for memory to merge),
 while consecutive 32-byte stores (the vectors of an AVX2 host, measured here with
 `vector_bytes=32`) gained as much as whole-line ones: r101 ~1714 3.32 -> 2.27 ms. The schedule's
-`STREAM_SHARE` of the marked bytes must qualify, else nothing streams (mixing is slower).
+share of the marked bytes (`ScheduleConfig.stream_share`, carried as `SHARE_ATTR`; default
+`STREAM_SHARE`) must qualify, else nothing streams (mixing was slower on a Xeon VM).
 A qualifying store becomes a call to a small LLVM IR function imported into the module with
 `pragma_import_llvm`; LLVM links it in before optimising and inlines it (`alwaysinline`).
 
@@ -38,7 +39,7 @@ import tvm_ffi
 from tvm import ir, tirx
 from tvm.sym import detect_linear_equation
 
-from ..schedule.stream import ATTR, STREAM_SHARE
+from ..schedule.stream import ATTR, SHARE_ATTR, STREAM_SHARE
 
 LINE = 64
 
@@ -129,7 +130,8 @@ declare void @llvm.x86.sse.sfence()
 
 def stream_func(func):
     """The lowered PrimFunc with streaming stores into the outputs its `ATTR` marks, when
-    whole-line stores write at least `STREAM_SHARE` of the marked bytes; else `func`."""
+    whole-line stores write at least the function's share (`SHARE_ATTR`, else `STREAM_SHARE`) of
+    the marked bytes; else `func`."""
     attrs = func.attrs or {}
     if ATTR not in attrs:
         return func
@@ -178,7 +180,8 @@ def stream_func(func):
 
     body = tvm_ffi.structural_mutate(body, [(tirx.BufferStore, on_store), (tirx.For, on_for)])
     outputs = set(owner.values())
-    if not used or sum(o[1] for o in outputs - fails) < STREAM_SHARE * sum(o[1] for o in outputs):
+    share = float(attrs[SHARE_ATTR]) if SHARE_ATTR in attrs else STREAM_SHARE
+    if not used or sum(o[1] for o in outputs - fails) < share * sum(o[1] for o in outputs):
         return func  # the streamed body is dropped: too few of the output bytes qualified
     body = tirx.AttrStmt(ir.StringImm("akgpy"), "pragma_import_llvm", ir.StringImm(helper_ir(used)), body)
     return func.with_body(body)

@@ -449,6 +449,23 @@ def test_long_rows_split_into_chunks_still_sum_in_vector_partials():
     assert not check_program(g, prog)
 
 
+@pytest.mark.parametrize("shape,axis,partials", [((256, 1000), (1,), 8), ((1000, 1000), None, 8),
+                                                 ((64, 1000), (1,), 8), ((64, 1024), (1,), 16)])
+def test_a_row_that_does_not_fill_whole_registers_reduces_in_fewer_partials(shape, axis, partials):
+    """A float32 max over rows of 1000 (8 x 125) had no rfactor (16 lanes do not divide it) and
+    ran as one scalar chain: the partials halve until they divide the row (corpus
+    ReduceSum_Inplac ~3827 1.14 -> 0.32 ms, Cast_Add_ReduceMax ~0380 2.92 -> 1.43)."""
+    b = GraphBuilder("row_max")
+    x = b.input("x", shape)
+    b.output(b.reduce_max(x * 2.0, axis=axis))
+    g = b.build()
+    prog = akgpy.fuse(g, config=WIDE)
+    assert re.search(r"rfactor\): ReduceMax_1\b", prog.explain()), prog.explain()[:2000]
+    assert re.search(rf"_rf = T.sblock_alloc_buffer\(\([^)]*\b{partials},?\)", prog.kernels[0].tir), \
+        prog.kernels[0].tir[:1500]
+    assert not check_program(g, prog)
+
+
 @pytest.mark.parametrize("row,partials", [(240, 48), (256, 64), (192, 64), (80, 16)])
 def test_row_sums_of_vector_math_step_over_several_registers(row, partials):
     """The partial sums of an exp/log row sum cover up to MATH_REGISTERS float32 registers per

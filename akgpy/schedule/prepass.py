@@ -3,8 +3,8 @@ its poly pass do): they change *which statements exist*, which a schedule cannot
 
 - inlining (plain.inline_injective): injective blocks become expressions in their consumers;
 - row-reduction rfactor: a reduction whose innermost loop walks its input with stride 1
-  accumulates into L partial sums (L = vector lanes of the accumulator, twice that for vector
-  math: `wide_partials`) and a short final
+  accumulates into L partial sums (L = vector lanes of the accumulator, more for vector
+  math: `wide_partials`; halved until it divides the row) and a short final
   reduction adds them, so the long loop is a vector loop over the L partials. The partials
   keep the accumulator dtype (float64 for float sums), so the result is as exact as before.
 """
@@ -87,6 +87,8 @@ def rfactor_rows(sch, names: list[str], roles: dict[str, str], cfg: ScheduleConf
             # whole float32 registers of math per step, as many as MATH_REGISTERS and the row allow
             lanes = max([lanes] + [m for m in range(2 * lanes, 2 * lanes * MATH_REGISTERS + 1, 2 * lanes)
                                    if ext % m == 0])
+        while lanes >= 8 and ext % lanes:
+            lanes //= 2  # rows of 1000: 8 partials, half a float32 register, not a scalar chain
         if lanes < 4 or ext < 2 * lanes or ext % lanes:
             continue
         try:

@@ -466,10 +466,12 @@ def test_a_row_that_does_not_fill_whole_registers_reduces_in_fewer_partials(shap
     assert not check_program(g, prog)
 
 
-@pytest.mark.parametrize("row,partials", [(240, 48), (256, 64), (192, 64), (80, 16)])
+@pytest.mark.parametrize("row,partials", [(240, 48), (256, 64), (192, 64), (80, 16), (32, 16), (48, 16),
+                                          (64, 32), (128, 64)])
 def test_row_sums_of_vector_math_step_over_several_registers(row, partials):
     """The partial sums of an exp/log row sum cover up to MATH_REGISTERS float32 registers per
-    step, the widest the row length allows (whole registers: 80 = 5 x 16 keeps one), so several
+    step, the widest the row length allows (whole registers, two steps a row at least: 80 = 5 x 16
+    and 48 keep one, 64 takes two), so several
     independent chains of math are in flight (softplus sum, rows of 256: 59 -> 43 cycles per 16
     elements)."""
     b = GraphBuilder("softplus_rows")

@@ -18,11 +18,12 @@ from .config import ScheduleConfig
 from .plain import contiguous_iter, tvm_dtype_bits
 
 
-# float32 registers of vector math that one step of a row reduction's partial sums covers (at
-# most: the row's length must divide). Each element's exp/log is a chain of ~40 dependent ops,
-# and a step of one register left the core waiting on latency; with more independent registers
-# per step a softplus row sum (one thread, cache-resident) ran 49 -> 42 cycles per 16 elements
-# at rows of 240 (3 registers), 59 -> 43 at 256 (4 instead of 2), 49 -> 46 at 192 (4 instead of 2).
+# float32 registers of vector math that one step of a row reduction's partial sums covers, at
+# most: they must divide the row in two steps or more. Each element's exp/log is a chain of ~40
+# dependent ops, and a step of one register left the core waiting on latency; with more
+# independent registers per step a softplus row sum (one thread, cache-resident) ran 49 -> 42
+# cycles per 16 elements at rows of 240 (3 registers), 59 -> 43 at 256 (4 instead of 2), 49 -> 46
+# at 192 (4 instead of 2).
 MATH_REGISTERS = 4
 
 
@@ -85,8 +86,8 @@ def rfactor_rows(sch, names: list[str], roles: dict[str, str], cfg: ScheduleConf
         ext = int(ext.value) if hasattr(ext, "value") else 0
         if wide_partials(blk) and ext >= 4 * lanes:
             # whole float32 registers of math per step, as many as MATH_REGISTERS and the row allow
-            lanes = max([lanes] + [m for m in range(2 * lanes, 2 * lanes * MATH_REGISTERS + 1, 2 * lanes)
-                                   if ext % m == 0])
+            lanes = max([lanes] + [m for m in range(2 * lanes, min(2 * lanes * MATH_REGISTERS, ext // 2) + 1, 2 * lanes)
+                                   if ext % m == 0])  # and at least two steps per row
         while lanes >= 8 and ext % lanes:
             lanes //= 2  # rows of 1000: 8 partials, half a float32 register, not a scalar chain
         if lanes < 4 or ext < 2 * lanes or ext % lanes:

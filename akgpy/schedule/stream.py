@@ -64,10 +64,10 @@ def mark_stream_outputs(mod, low: Lowered, cfg: ScheduleConfig):
     read = sum(_bytes(p) for p in low.params if p.kind != "output")
     if written > read and not cfg.stream_write_heavy:
         return mod, (f"streaming stores: none (the kernel writes more than it reads: {written >> 20} MiB "
-                     f"against {read >> 20} MiB, and stream_write_heavy is off for this CPU)")
+                     f"against {read >> 20} MiB, and stream_write_heavy is off)")
     func = func.with_attr(ATTR, {**outputs, **_views(func, outputs)}).with_attr(SHARE_ATTR, float(cfg.stream_share))
     mod = mod.__class__({gv: func})
-    when = (f"when stores that fill whole lines write at least {int(100 * cfg.stream_share)}% of their bytes"
+    when = (f"when stores that fill whole lines write at least {cfg.stream_share:.0%} of their bytes"
             if cfg.stream_share else "each store that fills whole lines")
     return mod, (f"streaming stores: candidates {', '.join(t for t, _ in outputs.values())} (kernel moves "
                  f"{moved >> 20} MiB >= {cfg.stream_min_bytes >> 20} MiB); code generation streams {when}, "

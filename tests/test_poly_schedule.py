@@ -449,6 +449,17 @@ def test_long_rows_split_into_chunks_still_sum_in_vector_partials():
     assert not check_program(g, prog)
 
 
+@pytest.mark.parametrize("dtype,lanes", [("int32", True), ("int64", True), ("int8", False), ("uint8", False)])
+def test_integer_sums_take_lanes_only_with_wide_accumulators(dtype, lanes):
+    """int8 sums accumulate in int8: 8 lanes of one byte ran slower than the scalar chain."""
+    b = GraphBuilder("int_rows")
+    b.output(b.reduce_sum(b.input("x", (64, 999), dtype), axis=(1,)))
+    g = b.build()
+    prog = akgpy.fuse(g, config=WIDE)
+    assert ("_lanes = T.sblock_alloc_buffer" in prog.kernels[0].tir) is lanes
+    assert not check_program(g, prog)
+
+
 @pytest.mark.parametrize("shape", [(32, 256, 14, 14), (16, 64, 28, 28), (64, 32, 7, 7)])
 def test_a_channel_sum_over_nchw_sums_each_image_in_lanes(shape):
     """A BatchNorm channel sum whose images are too small for one accumulation block had

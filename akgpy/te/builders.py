@@ -9,6 +9,7 @@ from __future__ import annotations
 from math import prod
 from typing import Callable
 
+import tvm
 from tvm import te, tirx
 
 from ..errors import UnsupportedOpError
@@ -186,13 +187,14 @@ def largest_divisor(n: int, limit: int) -> int:
 def _split_reduction(xs, axes):
     """Choose (outer chunk axes, split axis, factor): the trailing axes plus an inner factor of
     one more axis form a block of at most SUM_BLOCK terms; everything outside becomes chunks.
-    The block stops short of an axis that a kept dim separates from it once it holds enough
-    terms for interleaved lanes (`_lane_split`): a BatchNorm channel sum over NCHW [32, 256,
-    14, 14] had taken 8 images into each block, which no longer is contiguous, and summed
-    every block as one scalar chain (0.99 ms); blocks of one image's 14 x 14 sum in lanes."""
+    Exception: once the block is one that interleaved lanes take (`_takes_lanes`), it stops short
+    of an axis that a kept dim separates from it, and that axis and all outside it become whole
+    chunks: a BatchNorm channel sum over NCHW [32, 256, 14, 14] had taken 8 images into each
+    block, which then was not contiguous, and summed every block as one scalar chain (0.99 ms);
+    blocks of one image's 14 x 14 sum in lanes (0.21 ms)."""
     block, inner = 1, []
     for a in reversed(axes):
-        if inner and block >= 4 * SUM_LANES and any(xs[d] != 1 for d in range(a + 1, inner[-1])):
+        if inner and _takes_lanes(xs, inner) and any(xs[d] != 1 for d in range(a + 1, inner[-1])):
             return [b for b in axes if b <= a], None, 1
         if block * xs[a] <= SUM_BLOCK:
             block *= xs[a]
@@ -204,10 +206,19 @@ def _split_reduction(xs, axes):
 
 
 # Interleaved partial sums of a contiguous block with a short innermost dim: 8 float64
-# accumulators fill a 512-bit register (two 256-bit ones).
+# accumulators fill a 512-bit register (two 256-bit ones); 8 int32 or int64 ones half or all of one.
 SUM_LANES = 8
 MAX_SUM_LANES = 6 * SUM_LANES
 LANE_PARTIALS = "_lanes"  # the suffix of those partial sums' block (a column sum's are "_partial")
+
+
+def _takes_lanes(xs, inner: list[int]) -> bool:
+    """Would `_lane_split` sum a block over the reduce axes `inner` (innermost first) in lanes:
+    they are x's trailing non-unit dims, hold 4 * SUM_LANES terms or more, and the innermost
+    is no whole number of at least two SUM_LANES vectors (those the row rfactor takes)."""
+    last = inner[0]
+    return (all(xs[d] == 1 for d in range(last + 1, len(xs))) and prod(xs[a] for a in inner) >= 4 * SUM_LANES
+            and (xs[last] % SUM_LANES != 0 or xs[last] < 2 * SUM_LANES))
 
 
 def _lane_split(lw, name: str, xs, inner_axes, exts) -> int:
@@ -309,8 +320,11 @@ def _reduce(kind: str):
 
         exts = [factor if a == split_axis else xs[a] for a in inner_axes]
         # also without chunks: a row of 999 float16 had no vector partials (none divides it) and
-        # summed as one scalar chain of float64 adds, 12.5 ms for [8192, 999]
-        lanes = _lane_split(lw, x.desc.name, xs, inner_axes, exts) if kind == "sum" and lw.vector_math else 0
+        # summed as one scalar chain of float64 adds, 12.5 ms for [8192, 999]; not for sums in
+        # integers under 32 bits (int8: 8 lanes of one byte, slower than the scalar chain)
+        wide_acc = acc_dt.startswith("float") or tvm.runtime.DataType(acc_dt).bits >= 32
+        lanes = (_lane_split(lw, x.desc.name, xs, inner_axes, exts)
+                 if kind == "sum" and lw.vector_math and (chunk_shape or wide_acc) else 0)
         if lanes:
             # the block of each chunk is contiguous in x but its innermost dim is short ([.., 3, 2],
             # [.., 57]): sum it as `lanes` interleaved partials over its flat offset, so the long

@@ -85,9 +85,9 @@ def rfactor_rows(sch, names: list[str], roles: dict[str, str], cfg: ScheduleConf
         ext = sch.get(loops[-1]).extent
         ext = int(ext.value) if hasattr(ext, "value") else 0
         if wide_partials(blk) and ext >= 4 * lanes:
-            # whole float32 registers of math per step, as many as MATH_REGISTERS and the row allow
-            lanes = max([lanes] + [m for m in range(2 * lanes, min(2 * lanes * MATH_REGISTERS, ext // 2) + 1, 2 * lanes)
-                                   if ext % m == 0])  # and at least two steps per row
+            # whole float32 registers of math per step, up to MATH_REGISTERS, two steps a row at least
+            step = 2 * lanes
+            lanes = max([lanes] + [m for m in range(step, min(step * MATH_REGISTERS, ext // 2) + 1, step) if ext % m == 0])
         while lanes >= 8 and ext % lanes:
             lanes //= 2  # rows of 1000: 8 partials, half a float32 register, not a scalar chain
         if lanes < 4 or ext < 2 * lanes or ext % lanes:

@@ -9,7 +9,8 @@ A kernel whose data fits in cache keeps plain stores: its output is still cached
 kernel. Whether a kernel that writes more bytes than it reads streams depends on the CPU
 (`ScheduleConfig.stream_write_heavy`, `config.STREAM_POLICY_BY_CPU`): on a Xeon VM the
 dropout ~6619 (writes 1.3x its reads) ran 12-14% slower with streamed outputs at either vector
-width, and the cast ~3234 (2x) gained only 4-7%; on AMD Zen 5 both ran 35-40% faster. Measured with a threshold of one LLC, bert's layernorm ~3896 (47 MB, LLC 32 MiB) went
+width, and the cast ~3234 (2x) gained only 4-7%; on AMD Zen 5 both ran 35-40% faster.
+Measured with a threshold of one LLC, bert's layernorm ~3896 (47 MB, LLC 32 MiB) went
 from 1.33 to 2.39 ms: repeated, much of its data stays cached, and streamed output lines skip
 that. At 75 MB and above, of the bench kernels that read at least what they write, none got
 slower and seven got 13-29% faster.

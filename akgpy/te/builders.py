@@ -9,9 +9,9 @@ from __future__ import annotations
 from math import prod
 from typing import Callable
 
-import tvm
 from tvm import te, tirx
 
+from .. import dtypes
 from ..errors import UnsupportedOpError
 from ..graph.ir import NZ, Op, Tensor
 from ..ops.registry import Category, lookup, matmul_dims, reduce_axes
@@ -194,7 +194,8 @@ def _split_reduction(xs, axes):
     blocks of one image's 14 x 14 sum in lanes (0.21 ms)."""
     block, inner = 1, []
     for a in reversed(axes):
-        if inner and _takes_lanes(xs, inner) and any(xs[d] != 1 for d in range(a + 1, inner[-1])):
+        if inner and any(xs[d] != 1 for d in range(a + 1, inner[-1])) \
+                and _takes_lanes(xs, inner[::-1], [xs[b] for b in inner[::-1]]):
             return [b for b in axes if b <= a], None, 1
         if block * xs[a] <= SUM_BLOCK:
             block *= xs[a]
@@ -212,29 +213,25 @@ MAX_SUM_LANES = 6 * SUM_LANES
 LANE_PARTIALS = "_lanes"  # the suffix of those partial sums' block (a column sum's are "_partial")
 
 
-def _takes_lanes(xs, inner: list[int]) -> bool:
-    """Would `_lane_split` sum a block over the reduce axes `inner` (innermost first) in lanes:
-    they are x's trailing non-unit dims, hold 4 * SUM_LANES terms or more, and the innermost
-    is no whole number of at least two SUM_LANES vectors (those the row rfactor takes)."""
-    last = inner[0]
-    return (all(xs[d] == 1 for d in range(last + 1, len(xs))) and prod(xs[a] for a in inner) >= 4 * SUM_LANES
-            and (xs[last] % SUM_LANES != 0 or xs[last] < 2 * SUM_LANES))
+def _takes_lanes(xs, inner_axes, exts) -> bool:
+    """Is the block over `inner_axes` (ascending; extents `exts`) one interleaved lanes sum: x's
+    trailing non-unit dims (contiguous), 4 * SUM_LANES terms or more, and an innermost dim too
+    short, or not split into whole vectors, for a vector loop of its own (the row rfactor
+    handles those)."""
+    trailing = [d for d in range(len(xs)) if xs[d] != 1]
+    return (bool(inner_axes) and trailing[-len(inner_axes):] == list(inner_axes) and prod(exts) >= 4 * SUM_LANES
+            and (exts[-1] % SUM_LANES != 0 or exts[-1] < 2 * SUM_LANES))
 
 
 def _lane_split(lw, name: str, xs, inner_axes, exts) -> int:
     """Lanes for a flat interleaved sum of each chunk's block (inner axes of extents `exts`), or
-    0: only when the block is x's trailing non-unit dims (contiguous) and its innermost dim is
-    too short, or does not split into whole vectors, for a vector loop of its own (the row
-    rfactor handles those). A multiple of SUM_LANES (up to MAX_SUM_LANES) when the summed
+    0: only for a block `_takes_lanes`. A multiple of SUM_LANES (up to MAX_SUM_LANES) when the summed
     value reads a broadcast operand whose lane offsets then repeat in every vector (yolo's
     [1, 52, 52, 1, 2] grid under a [.., 3, 2] block), which codegen loads as one vector and a
     shuffle instead of lane by lane; a multiple of twice that when the value is vector math,
     so that its float32 lanes fill whole registers (the grid: 48 lanes, not 24: yolo ~3153
     0.58 -> 0.49 ms, ~5495 0.74 -> 0.56, A/B)."""
-    trailing = [d for d in range(len(xs)) if xs[d] != 1]
-    if not inner_axes or trailing[-len(inner_axes):] != list(inner_axes):
-        return 0
-    if prod(exts) < 4 * SUM_LANES or (exts[-1] % SUM_LANES == 0 and exts[-1] >= 2 * SUM_LANES):
+    if not _takes_lanes(xs, inner_axes, exts):
         return 0
     block = prod(exts)
     sources = list(lw.g.ancestors(name, _elementwise_inputs))
@@ -322,7 +319,7 @@ def _reduce(kind: str):
         # also without chunks: a row of 999 float16 had no vector partials (none divides it) and
         # summed as one scalar chain of float64 adds, 12.5 ms for [8192, 999]; not for sums in
         # integers under 32 bits (int8: 8 lanes of one byte, slower than the scalar chain)
-        wide_acc = acc_dt.startswith("float") or tvm.runtime.DataType(acc_dt).bits >= 32
+        wide_acc = acc_dt.startswith("float") or dtypes.to_numpy(acc_dt).itemsize >= 4
         lanes = (_lane_split(lw, x.desc.name, xs, inner_axes, exts)
                  if kind == "sum" and lw.vector_math and (chunk_shape or wide_acc) else 0)
         if lanes:

@@ -36,3 +36,11 @@ def from_numpy(dt, *, tensor: str | None = None) -> str:
         if np.dtype(np_type) == dt:
             return name
     raise ShapeError(f"dtype {dt} is not an akgpy dtype", tensor=tensor)
+
+
+def widens_exactly(narrow: str, wide: str) -> bool:
+    """Every `narrow` value is a `wide` value (float16 -> float32, int8 -> int32), so converting
+    to `wide` and back to `narrow` is the identity. False for names outside the IR's."""
+    if narrow == wide or narrow not in NUMPY or wide not in NUMPY:
+        return False
+    return bool(np.can_cast(NUMPY[narrow], NUMPY[wide], casting="safe"))

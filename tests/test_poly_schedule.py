@@ -766,6 +766,22 @@ def test_float16_rounding_chains_get_wider_vectors():
     assert "registers per op" not in akgpy.fuse(_gelu_tanh("float32"), schedule="poly", config=WIDE).explain()
 
 
+@pytest.mark.parametrize("schedule", ["poly", "plain"])
+def test_a_float16_value_widened_and_narrowed_again_costs_no_conversion(schedule):
+    """AddN of float16 tensors rounds each partial sum, but its first term went float16 ->
+    float32 -> float16 (an exact round trip, two conversions per element): lowering drops the
+    pair, so the kernel rounds once per add."""
+    b = GraphBuilder("addn_f16")
+    xs = [b.input(f"x{i}", (64, 256), "float16") for i in range(4)]
+    b.output(b.addn(*xs))
+    g = b.build()
+    prog = akgpy.fuse(g, schedule=schedule)
+    tir = prog.kernels[0].tir
+    assert not re.search(r'T\.Cast\("float16", T\.Cast\("float32", x0\[[^\]]*\]\)\)', tir), tir
+    assert tir.count('T.Cast("float16"') == 3, tir
+    assert not check_program(g, prog)
+
+
 def test_sums_of_vector_math_keep_twice_the_float64_partials():
     """A row sum of exp/log math accumulates 16 float64 partials (two registers), so the float32
     math runs at full register width and two add chains are in flight; a plain cast-sum keeps

@@ -58,6 +58,10 @@ def dt(x) -> str:
 def _to(x, dtype: str):
     if dtype == "bool" and dt(x) != "bool":
         return x != tirx.const(0, dt(x))
+    if isinstance(x, tirx.Cast) and dt(x.value) == dtype and dtypes.widens_exactly(dtype, dt(x)):
+        # back to the type it was widened from: the value, not a conversion pair (an AddN's
+        # first float16 term went float16 -> float32 -> float16, two conversions per element)
+        return x.value
     return x.astype(dtype) if dt(x) != dtype else x
 
 

@@ -437,7 +437,7 @@ def test_long_rows_split_into_chunks_still_sum_in_vector_partials():
     """A row longer than one accumulation block (8192 > 2048) sums in chunks whose input index
     is chunk * 2048 + k; k still walks the input with stride 1, so the chunk's loop is split
     into vector partial sums (it had stayed a scalar loop of libm exps: 6.9 -> 1.4 ms here),
-    16 of them since the summed value is vector math."""
+    64 of them since the summed value is vector math (4 float32 registers a step), one vector."""
     b = GraphBuilder("long_rows")
     x = b.input("x", (64, 8192))
     b.output(b.reduce_sum(b.exp(x * 0.01), axis=(1,)))
@@ -445,7 +445,7 @@ def test_long_rows_split_into_chunks_still_sum_in_vector_partials():
     prog = akgpy.fuse(g, config=WIDE)
     text = prog.explain()
     assert "rfactor): ReduceSum_2_partial" in text, text[:2000]
-    assert re.search(r"vector: \S+_partial_rf_update: innermost member split by 16 lanes", text), text[:3000]
+    assert re.search(r"vector: \S+_partial_rf_update: innermost member split by 64 lanes", text), text[:3000]
     assert not check_program(g, prog)
 
 
@@ -516,19 +516,42 @@ def test_a_row_that_does_not_fill_whole_registers_reduces_in_fewer_partials(shap
 @pytest.mark.parametrize("row,partials", [(240, 48), (256, 64), (192, 64), (80, 16), (32, 16), (48, 16),
                                           (64, 32), (128, 64)])
 def test_row_sums_of_vector_math_step_over_several_registers(row, partials):
-    """The partial sums of an exp/log row sum cover up to MATH_REGISTERS float32 registers per
-    step, the widest the row length allows (whole registers, two steps a row at least: 80 = 5 x 16
-    and 48 keep one, 64 takes two), so several
-    independent chains of math are in flight (softplus sum, rows of 256: 59 -> 43 cycles per 16
-    elements)."""
+    """The partial sums of an exp/log row sum cover up to ScheduleConfig.math_registers float32
+    registers per step, the widest the row length allows (whole registers, two steps a row at
+    least: 80 = 5 x 16 and 48 keep one, 64 takes two), and they run as one vector, so the math of
+    every register interleaves (softplus sum, rows of 256: 59 -> 43 cycles per 16 elements with a
+    loop over the registers, 41 as one vector); math_registers=1 keeps one register."""
     b = GraphBuilder("softplus_rows")
     x, z = b.input("x", (64, row)), b.input("z", (64, row))
     b.output(b.reduce_sum(b.maximum(x, 0.0) - x * z + b.log(b.exp(-b.abs(x)) + 1.0), axis=(1,)))
     g = b.build()
+    for regs, want in [(4, partials), (1, 16)]:
+        prog = akgpy.fuse(g, config=WIDE.replace(math_registers=regs))
+        assert re.search(rf"_rf = T.sblock_alloc_buffer\(\(64, {want}\), \"float64\"\)", prog.kernels[0].tir), \
+            prog.kernels[0].tir[:1500]
+        assert f"_rf_update: innermost member split by {want} lanes" in prog.explain(), prog.explain()[:3000]
+        assert not check_program(g, prog)
+
+
+@pytest.mark.parametrize("shape,regs", [((512, 256), 4), ((16, 768), 1), ((64, 40, 40), 1)])
+def test_elementwise_vector_math_runs_several_registers_per_op(shape, regs):
+    """An elementwise statement of exp/log math with enough elements (WIDE_MATH_INSTANCES) runs
+    math_registers registers per vector op, so LLVM emits each op for every register side by
+    side and the chains of several registers interleave ([4096, 256] softplus 0.35 -> 0.25 ms);
+    a small one (12288 elements) keeps one register, its wider body cost more than it saved;
+    an extent no four registers divide (40 x 40 = 100 x 16) keeps one; math_registers=1 is off."""
+    b = GraphBuilder("softplus_ew")
+    x, z = b.input("x", shape), b.input("z", shape)
+    b.output(b.maximum(x, 0.0) - x * z + b.log(b.exp(-b.abs(x)) + 1.0))
+    g = b.build()
     prog = akgpy.fuse(g, config=WIDE)
-    assert re.search(rf"_rf = T.sblock_alloc_buffer\(\(64, {partials}\), \"float64\"\)", prog.kernels[0].tir), \
-        prog.kernels[0].tir[:1500]
+    wide = "split by 64 lanes (4 registers per op: a latency-bound chain of vector math" in prog.explain()
+    assert wide == (regs == 4), prog.explain()[:3000]
+    assert ("T.vectorized(64)" in prog.kernels[0].tir) == (regs == 4)
     assert not check_program(g, prog)
+    off = akgpy.fuse(g, config=WIDE.replace(math_registers=1))
+    assert "registers per op" not in off.explain() and "T.vectorized(64)" not in off.kernels[0].tir
+    assert not check_program(g, off)
 
 
 @pytest.mark.parametrize("shape", [(1024, 240), (245760,), (4, 64, 96)])
@@ -782,17 +805,17 @@ def test_a_float16_value_widened_and_narrowed_again_costs_no_conversion(schedule
     assert not check_program(g, prog)
 
 
-def test_sums_of_vector_math_keep_twice_the_float64_partials():
-    """A row sum of exp/log math accumulates 16 float64 partials (two registers), so the float32
-    math runs at full register width and two add chains are in flight; a plain cast-sum keeps
-    one register of 8."""
+def test_sums_of_vector_math_keep_wider_float64_partials():
+    """A row sum of exp/log math accumulates 64 float64 partials (4 float32 registers of math, one
+    vector), so the float32 math runs at full register width and several chains are in flight; a
+    plain cast-sum keeps one register of 8."""
     def row_sum(kind):
         b = GraphBuilder(f"row_sum_{kind}")
         x = b.input("x", (64, 1024), "float32" if kind == "math" else "float16")
         y = b.log(b.exp(-b.abs(x)) + 1.0) if kind == "math" else b.cast(x, "float32")
         b.output(y.sum(axis=1))
         return b.build()
-    for kind, lanes in [("math", 16), ("cast", 8)]:
+    for kind, lanes in [("math", 64), ("cast", 8)]:
         g = row_sum(kind)
         prog = akgpy.fuse(g, schedule="poly", config=WIDE)
         assert re.search(rf"vector: S_\w+_rf_update: innermost member split by {lanes} lanes", prog.explain()), kind
@@ -826,7 +849,7 @@ def test_isl_parts_sharing_their_rows_run_under_one_loop():
     assert "top-level parts share their outer loops" in text and "merged into 1" in text
     ast = text[text.index("== isl AST"):text.index("== scheduled TIR")]
     assert ast.count("// parallel") == 1 and ast.count("for (int c0 = 0; c0 <= 2047") == 1
-    assert "S_Sub_0(c0, 64 * c1 + c2)" in ast  # the elementwise part keeps its fused vector loop
+    assert re.search(r"S_Sub_0\(c0, \d+ \* c1 \+ c2\)", ast), ast  # the elementwise part keeps its fused vector loop
     assert not check_program(g, prog)
 
 

@@ -53,6 +53,7 @@ PARALLEL, VECTOR, TRANSPOSE = "parallel", "vector", "transpose"
 class TreeOptions:
     lanes: dict[str, int] = field(default_factory=dict)  # statement -> vector lanes (1: no vector)
     registers: dict[str, int] = field(default_factory=dict)  # statement -> vector registers per op (default 1)
+    chains: dict[str, str] = field(default_factory=dict)  # statement -> why it takes those registers
     # reduction update -> vector registers per op when it runs as a column reduction (the block of
     # columns outermost): as many as two cache lines of its input per row step take
     column_registers: dict[str, int] = field(default_factory=dict)
@@ -206,8 +207,8 @@ def _vector_split(model, opts, stmts, exprs, coincident, q, notes, where, isolat
     if widen is not None:
         regs, why = widen
     else:  # one chain widens the loop it shares with cheap elementwise statements, not a reduction's
-        regs = max(opts.registers.get(s.name, 1) for s in stmts) if all(s.kind == "compute" for s in stmts) else 1
-        why = "a latency-bound chain of float16 roundings"
+        regs, why = max(((opts.registers.get(s.name, 1), opts.chains.get(s.name, "")) for s in stmts), key=lambda r: r[0]) \
+            if all(s.kind == "compute" for s in stmts) else (1, "")
     while regs > 1 and (rest or isolate is None or ext % (L * regs)):
         regs //= 2
     gather = _gather_registers(opts, stmts, tail, L, ext) if tail is not None and not rest else 1

@@ -33,6 +33,11 @@ class ScheduleConfig:
     # vector registers per op for an elementwise statement that rounds to float16 after many ops:
     # each rounding is a conversion pair with long latency, so more independent lanes in flight
     chain_registers: int = 4  # default_config: NATIVE_FP16_CHAIN_REGISTERS where float16 ops are native
+    # float32 vector registers per op for vector math (te/fastmath.py's exp/log/tanh; each element
+    # is a chain of ~40 dependent ops, and with one register per op too few chains fit the core's
+    # out-of-order window): an elementwise statement's vector (schedule/poly.WIDE_MATH_INSTANCES
+    # instances or more), and the most registers one step of a row sum's partials covers
+    math_registers: int = 4
     # a kernel moving at least this many bytes writes its large outputs with non-temporal stores
     # (no write-allocate read); 0 = never. default_config: twice the host's last-level cache
     stream_min_bytes: int = 64 << 20
@@ -54,7 +59,7 @@ class ScheduleConfig:
 
     def __post_init__(self):
         for f in ("vector_bytes", "tile_i", "tile_j_vectors", "min_parallel", "l1_bytes", "min_parallel_work",
-                  "chain_registers"):
+                  "chain_registers", "math_registers"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise CompileError(f"ScheduleConfig.{f} must be a positive int, got {v!r}")

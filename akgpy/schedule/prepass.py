@@ -18,18 +18,17 @@ from .config import ScheduleConfig
 from .plain import contiguous_iter, tvm_dtype_bits
 
 
-# float32 registers of vector math that one step of a row reduction's partial sums covers, at
-# most: they must divide the row in two steps or more. Each element's exp/log is a chain of ~40
-# dependent ops, and a step of one register left the core waiting on latency; with more
-# independent registers per step a softplus row sum (one thread, cache-resident) ran 49 -> 42
-# cycles per 16 elements at rows of 240 (3 registers), 59 -> 43 at 256 (4 instead of 2), 49 -> 46
-# at 192 (4 instead of 2).
-MATH_REGISTERS = 4
+# ScheduleConfig.math_registers bounds the float32 registers of vector math that one step of a
+# row reduction's partial sums covers: they must divide the row in two steps or more. Each
+# element's exp/log is a chain of ~40 dependent ops, and a step of one register left the core
+# waiting on latency; with more independent registers per step a softplus row sum (one thread,
+# cache-resident) ran 49 -> 42 cycles per 16 elements at rows of 240 (3 registers), 59 -> 43 at
+# 256 (4 instead of 2), 49 -> 46 at 192 (4 instead of 2).
 
 
 def wide_partials(block) -> bool:
     """Float64 partial sums of float32-or-narrower vector math (te/fastmath.py's exp/log/tanh):
-    at least twice the lanes (up to MATH_REGISTERS float32 registers), so the math runs at full
+    at least twice the lanes (up to ScheduleConfig.math_registers float32 registers), so the math runs at full
     register width and several add chains are in flight (yolo loss graph 22.1 -> 15.2 ms at two,
     A/B). A plain cast-sum lost 30% that way, so only for math."""
     if len(block.writes) != 1:
@@ -85,9 +84,9 @@ def rfactor_rows(sch, names: list[str], roles: dict[str, str], cfg: ScheduleConf
         ext = sch.get(loops[-1]).extent
         ext = int(ext.value) if hasattr(ext, "value") else 0
         if wide_partials(blk) and ext >= 4 * lanes:
-            # whole float32 registers of math per step, up to MATH_REGISTERS, two steps a row at least
+            # whole float32 registers of math per step, up to cfg.math_registers, two steps a row at least
             step = 2 * lanes
-            lanes = max([lanes] + [m for m in range(step, min(step * MATH_REGISTERS, ext // 2) + 1, step) if ext % m == 0])
+            lanes = max([lanes] + [m for m in range(step, min(step * cfg.math_registers, ext // 2) + 1, step) if ext % m == 0])
         while lanes >= 8 and ext % lanes:
             lanes //= 2  # rows of 1000: 8 partials, half a float32 register, not a scalar chain
         if lanes < 4 or ext < 2 * lanes or ext % lanes:

@@ -38,6 +38,9 @@ class ScheduleConfig:
     # out-of-order window): an elementwise statement's vector (schedule/poly.WIDE_MATH_INSTANCES
     # instances or more), and the most registers one step of a row sum's partials covers
     math_registers: int = 4
+    # the most float32 registers of vector math one step of a sum's partials covers when they
+    # also sum over other reduced axes (a full sum): their lanes are added up once, not per row
+    sum_math_registers: int = 8
     # a kernel moving at least this many bytes writes its large outputs with non-temporal stores
     # (no write-allocate read); 0 = never. default_config: twice the host's last-level cache
     stream_min_bytes: int = 64 << 20
@@ -59,7 +62,7 @@ class ScheduleConfig:
 
     def __post_init__(self):
         for f in ("vector_bytes", "tile_i", "tile_j_vectors", "min_parallel", "l1_bytes", "min_parallel_work",
-                  "chain_registers", "math_registers"):
+                  "chain_registers", "math_registers", "sum_math_registers"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise CompileError(f"ScheduleConfig.{f} must be a positive int, got {v!r}")

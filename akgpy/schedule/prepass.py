@@ -24,6 +24,12 @@ from .plain import contiguous_iter, tvm_dtype_bits
 # waiting on latency; with more independent registers per step a softplus row sum (one thread,
 # cache-resident) ran 49 -> 42 cycles per 16 elements at rows of 240 (3 registers), 59 -> 43 at
 # 256 (4 instead of 2), 49 -> 46 at 192 (4 instead of 2).
+# ACROSS_AXES: partials that also sum over other reduced axes (a full sum over [.., 3, 80]) add
+# up their lanes once per kernel, not once per row, so they take more registers
+# (ScheduleConfig.sum_math_registers) and may cover a whole row: 80 lanes instead of 16 ran a
+# yolo-style loss sum [32, 26, 26, 3, 80] 2.21 -> 1.60 ms, rows of 96 and 128 2.22 -> 1.69 and
+# 2.11 -> 1.58 (8 registers against 4, 2 threads); a plain row sum lost with 8 (rows of 256:
+# 0.62 -> 0.83 ms, its 128 partials summed per row), so it keeps math_registers.
 
 
 def wide_partials(block) -> bool:
@@ -60,6 +66,11 @@ def _loop_scalars(sch, names: list[str]) -> None:
             sch.add_unit_loop(block)
 
 
+def _extent(iv) -> int:
+    e = iv.dom.extent
+    return int(e.value) if hasattr(e, "value") else 0
+
+
 def rfactor_rows(sch, names: list[str], roles: dict[str, str], cfg: ScheduleConfig) -> list[str]:
     """rfactor every stride-1 row reduction in `names`; the names of the blocks rewritten."""
     done = []
@@ -83,13 +94,20 @@ def rfactor_rows(sch, names: list[str], roles: dict[str, str], cfg: ScheduleConf
         lanes = max(cfg.vector_bytes * 8 // max(acc_bits, 8), 1)
         ext = sch.get(loops[-1]).extent
         ext = int(ext.value) if hasattr(ext, "value") else 0
+        steps = 2  # a partial sum's fewest terms per row: one would only copy the row
         if wide_partials(blk) and ext >= 4 * lanes:
-            # whole float32 registers of math per step, up to cfg.math_registers, two steps a row at least
+            # whole float32 registers of math per step: up to cfg.math_registers and two steps a
+            # row; where the partials also sum over other reduced axes (a full sum), up to
+            # cfg.sum_math_registers and one step a row (ACROSS_AXES above)
             step = 2 * lanes
-            lanes = max([lanes] + [m for m in range(step, min(step * cfg.math_registers, ext // 2) + 1, step) if ext % m == 0])
+            if any(int(iv.iter_type) == 2 and _extent(iv) > 1 for iv in blk.iter_vars[:-1]):
+                regs, steps = cfg.sum_math_registers, 1
+            else:
+                regs = cfg.math_registers
+            lanes = max([lanes] + [m for m in range(step, min(step * regs, ext // steps) + 1, step) if ext % m == 0])
         while lanes >= 8 and ext % lanes:
             lanes //= 2  # rows of 1000: 8 partials, half a float32 register, not a scalar chain
-        if lanes < 4 or ext < 2 * lanes or ext % lanes:
+        if lanes < 4 or ext < steps * lanes or ext % lanes:
             continue
         try:
             _, ki = sch.split(loops[-1], [None, lanes])

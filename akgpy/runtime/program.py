@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import weakref
 from typing import Any, Sequence
 
 import numpy as np
@@ -214,6 +215,9 @@ class Program:
         self._results = [(n, graph.tensors[n].dtype) for n in graph.real_outputs]
         self._pool = OutputPool()
         self._pool_lock = threading.Lock()
+        self._last: list[np.ndarray] = []  # the previous call's output arrays (see _outputs_for_call)
+        self._owner_refs: list[int] = []  # references to each one's memory owner when it was new
+        self._direct_refs: list[Any] = [None] * len(graph.inputs)  # see _direct
 
     def _plan(self, k: Kernel, p: Param) -> tuple:
         """How `p` is passed: (kind, index (an input's in graph.inputs, an output's in
@@ -256,10 +260,47 @@ class Program:
             out.append(a)
         return out
 
+    def _outputs_for_call(self) -> list[np.ndarray]:
+        """This call's output arrays: each of the previous call's that no one else references
+        any more, itself, else one from the pool. After the caches went cold between calls,
+        taking 7 outputs from the pool (its reclaim pass, then a view built on each buffer) cost
+        ~80-100 us a call (bert ~4253, ~3896); handing back the same arrays costs two reference
+        counts each. Both the array and the memory it views are counted: a caller's slice of it
+        references the memory's owner (numpy collapses a view's base), not the array."""
+        last = self._last
+        if len(last) != len(self._outputs):
+            self._last = last = self._pool.take_all(self._outputs)
+            self._owner_refs = [sys.getrefcount(o.base) for o in last]
+            return last
+        for i in range(len(last)):
+            if sys.getrefcount(last[i]) > 2 or sys.getrefcount(last[i].base) > self._owner_refs[i]:
+                last[i], = self._pool.take_all([self._outputs[i]])
+                self._owner_refs[i] = sys.getrefcount(last[i].base)
+        return last
+
+    def _direct(self, i: int, a: np.ndarray) -> bool:
+        """is_direct(a) for graph input i, remembered by a weak reference to the array that
+        passed: numpy refuses to resize an array that has one, so that array keeps its data
+        pointer (reading it through __array_interface__ costs ~1 us warm, several after the
+        caches went cold, per input per call); its flags are read again (a view's strides can
+        change)."""
+        ref = self._direct_refs[i]
+        if ref is not None and ref() is a:
+            return a.flags.carray
+        if not is_direct(a):
+            return False
+        try:
+            self._direct_refs[i] = weakref.ref(a)
+        except TypeError:  # an ndarray subclass without weak reference support
+            pass
+        return True
+
     def __call__(self, *arrays: Any) -> tuple[np.ndarray, ...]:
         args = self._check(arrays)
         with self._pool_lock:
-            outs = self._pool.take_all(self._outputs)
+            # a copy taken under the lock: its references mark the arrays in use, so a call
+            # running alongside takes other ones
+            outs = list(self._outputs_for_call())
         results: dict[str, np.ndarray] = {}
         for func, plan in self._plans:
             call_args, writebacks = [], []
@@ -270,8 +311,8 @@ class Program:
                     continue
                 a = args[i]
                 if kind == _IN:
-                    a = as_aligned(a)
-                elif kind == _INPLACE_READ or not is_direct(a):
+                    a = a if self._direct(i, a) else as_aligned_copy(a)
+                elif kind == _INPLACE_READ or not self._direct(i, a):
                     # in place into a misaligned target, or one this kernel also reads elsewhere:
                     # written apart, then copied into the caller's array
                     buf = aligned_empty(p.shape, p.dtype)

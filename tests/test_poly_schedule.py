@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 import akgpy
@@ -823,6 +824,24 @@ def test_a_float16_value_widened_and_narrowed_again_costs_no_conversion(schedule
     assert not re.search(r'T\.Cast\("float16", T\.Cast\("float32", x0\[[^\]]*\]\)\)', tir), tir
     assert tir.count('T.Cast("float16"') == 3, tir
     assert not check_program(g, prog)
+
+
+@pytest.mark.parametrize("schedule", ["poly", "plain"])
+@pytest.mark.parametrize("kind", ["sum", "max"])
+@pytest.mark.parametrize("shape,axis", [((64, 100), (1,)), ((64, 1024), (0,)), ((8, 3), (0, 1)), ((64, 999), (1,))])
+def test_reductions_of_bools_are_any(schedule, kind, shape, axis):
+    """A ReduceSum of bools is a bool (the graph validator keeps the dtype): numpy's count, then
+    != 0; a ReduceMax of bools is "any" too. The sum failed an LLVM check and the max found no
+    minimum value for bool, both CompileErrors; they now count in int32 / int8."""
+    b = GraphBuilder("bool_reduce")
+    x = b.input("x", shape, "bool")
+    b.output(b.reduce_sum(x, axis=axis) if kind == "sum" else b.reduce_max(x, axis=axis))
+    g = b.build()
+    prog = akgpy.fuse(g, schedule=schedule)
+    assert not check_program(g, prog)
+    a = np.zeros(shape, np.bool_)
+    a.flat[::7] = True  # some rows all False, counts of 2 and more elsewhere (a low bit alone is wrong)
+    np.testing.assert_array_equal(prog(a)[0], a.any(axis=axis))
 
 
 def test_sums_of_vector_math_keep_wider_float64_partials():

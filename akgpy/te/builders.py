@@ -281,7 +281,11 @@ def _reduce(kind: str):
         axes = [a for a in all_axes if xs[a] != 1]
         kept = [s for d, s in enumerate(xs) if d not in all_axes]
         acc_dt = x.desc.dtype
-        if kind == "sum":
+        if acc_dt == "bool":
+            # numpy sums bools as a count, and its max is "any": TVM has neither on 1-bit values
+            # (a sum failed an LLVM check, a max found no minimum value for bool)
+            acc_dt = "int32" if kind == "sum" else "int8"
+        elif kind == "sum":
             acc_dt = SUM_ACC if x.desc.dtype.startswith("float") else compute_dtype(x.desc.dtype)
         total = prod(xs[a] for a in axes)
         outer, split_axis, factor = ([], None, 1)
@@ -370,8 +374,8 @@ def _reduce(kind: str):
             red = lw.compute(out.shape, lambda *i: te.sum(part(*cvars, *i), axis=cvars), role="reduce")
         else:
             red = lw.compute(out.shape, lambda *i: body(i, ()), role="reduce" if rvars else "elemwise")
-        if acc_dt != out.dtype:
-            return lw.compute(out.shape, lambda *i: red(*i).astype(out.dtype), suffix="_cast")
+        if acc_dt != out.dtype:  # `_to`: a count becomes a bool as != 0, not by its low bit
+            return lw.compute(out.shape, lambda *i: _to(red(*i), out.dtype), suffix="_cast")
         return red
     return build
 

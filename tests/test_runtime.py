@@ -273,7 +273,8 @@ def test_concurrent_calls_never_share_an_output():
 def test_an_input_checked_once_is_not_checked_again_while_it_lives(monkeypatch):
     """Whether an input can be passed as is (aligned, contiguous, writable) is remembered for
     the same array object through a weak reference (numpy will not resize an array that has
-    one, so its data pointer stays); another array is checked, a misaligned one copied."""
+    one); another array is checked, a misaligned one copied, and one whose memory __setstate__
+    replaced (found by review: a remembered misaligned pointer crashed) is checked again."""
     from akgpy.runtime import program
     seen = []
     real = program.is_direct
@@ -293,6 +294,40 @@ def test_an_input_checked_once_is_not_checked_again_while_it_lives(monkeypatch):
     shifted = raw[1:1 + 64 * 256].reshape(64, 256)  # 4 bytes off the 64-byte boundary
     shifted[:] = 3.0
     assert (prog(shifted)[0] == 6.0).all() and len(seen) == 2
+    assert (prog(a)[0] == 2.0).all() and len(seen) == 2  # still remembered: a misaligned one is not
+    for _ in range(20):  # new memory under the same array object, until it is misaligned
+        a.__setstate__((1, (64, 256), np.dtype(np.float32), False, np.full(64 * 256, 4.0, np.float32).tobytes()))
+        if a.__array_interface__["data"][0] % ALIGN:
+            break
+    n = len(seen)
+    assert (prog(a)[0] == 8.0).all() and len(seen) == n + 1
+
+
+@pytest.mark.parametrize("change", ["readonly", "shape", "dtype", "memory"])
+@pytest.mark.parametrize("rows", [64, 512])  # under and over the pool's MIN_BYTES
+def test_a_dropped_output_changed_in_place_is_not_handed_out_again(change, rows):
+    """The same array object comes back to the caller only as it was made: one the caller made
+    read-only, reshaped, viewed as another dtype or gave other memory before dropping it would
+    break every later call (found by review: DLPack refused the read-only one)."""
+    b = akgpy.GraphBuilder("changed")
+    x = b.input("x", (rows, 1024))
+    b.output(x * 2.0)
+    prog = akgpy.fuse(b.build())
+    a = np.ones((rows, 1024), np.float32)
+    y, = prog(a)
+    if change == "readonly":
+        y.flags.writeable = False
+    elif change == "shape":
+        y.shape = (-1,)
+    elif change == "dtype":
+        y.dtype = np.int32
+    else:
+        y.__setstate__((1, (rows, 1024), np.dtype(np.float32), False, bytes(rows * 1024 * 4)))
+    del y
+    for k in (3.0, 5.0):
+        out, = prog(a * k)
+        assert out.shape == (rows, 1024) and out.dtype == np.float32 and (out == 2 * k).all()
+        del out
 
 
 @pytest.mark.parametrize("schedule", ["poly", "plain"])

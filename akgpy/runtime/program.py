@@ -216,7 +216,7 @@ class Program:
         self._pool = OutputPool()
         self._pool_lock = threading.Lock()
         self._last: list[np.ndarray] = []  # the previous call's output arrays (see _outputs_for_call)
-        self._owner_refs: list[int] = []  # references to each one's memory owner when it was new
+        self._owners: list[list] = []  # each one's [memory owner, its references when it was new]
         self._direct_refs: list[Any] = [None] * len(graph.inputs)  # see _direct
 
     def _plan(self, k: Kernel, p: Param) -> tuple:
@@ -265,32 +265,47 @@ class Program:
         any more, itself, else one from the pool. After the caches went cold between calls,
         taking 7 outputs from the pool (its reclaim pass, then a view built on each buffer) cost
         ~80-100 us a call (bert ~4253, ~3896); handing back the same arrays costs two reference
-        counts each. Both the array and the memory it views are counted: a caller's slice of it
-        references the memory's owner (numpy collapses a view's base), not the array."""
+        counts and a look at the array each. Both the array and the memory it views are counted:
+        a caller's slice of it references the memory's owner (numpy collapses a view's base),
+        not the array. A dropped array the caller changed in place (made read-only, reshaped,
+        given another dtype or other memory) is not handed out again."""
         last = self._last
         if len(last) != len(self._outputs):
             self._last = last = self._pool.take_all(self._outputs)
-            self._owner_refs = [sys.getrefcount(o.base) for o in last]
+            self._owners = [[None, 0] for _ in last]
+            for i in range(len(last)):
+                self._track(i)
             return last
-        for i in range(len(last)):
-            if sys.getrefcount(last[i]) > 2 or sys.getrefcount(last[i].base) > self._owner_refs[i]:
+        for i, (shape, dtype, _) in enumerate(self._outputs):
+            entry = self._owners[i]
+            owner = entry[0]
+            if sys.getrefcount(last[i]) > 2 or sys.getrefcount(owner) > entry[1] or last[i].base is not owner \
+                    or last[i].shape != shape or last[i].dtype != dtype or not last[i].flags.carray:
                 last[i], = self._pool.take_all([self._outputs[i]])
-                self._owner_refs[i] = sys.getrefcount(last[i].base)
+                self._track(i)
         return last
 
+    def _track(self, i: int) -> None:
+        """Remember output i's memory owner and its reference count now, counted the way
+        _outputs_for_call counts it (this entry and a local name hold it too)."""
+        entry = self._owners[i]
+        entry[0] = owner = self._last[i].base
+        entry[1] = sys.getrefcount(owner)
+
     def _direct(self, i: int, a: np.ndarray) -> bool:
-        """is_direct(a) for graph input i, remembered by a weak reference to the array that
-        passed: numpy refuses to resize an array that has one, so that array keeps its data
-        pointer (reading it through __array_interface__ costs ~1 us warm, several after the
-        caches went cold, per input per call); its flags are read again (a view's strides can
-        change)."""
-        ref = self._direct_refs[i]
-        if ref is not None and ref() is a:
+        """is_direct(a) for graph input i, remembered for the array that passed by a weak
+        reference to it and its base: reading the data pointer through __array_interface__
+        costs ~1 us warm per input, several after the caches went cold (40-50 us a call on
+        bert ~4253). A live array keeps its pointer: numpy refuses to resize one that has a
+        weak reference, its `data` cannot be assigned, and __setstate__ gives it a new base
+        (the pickled bytes) or, byte-swapped, a dtype the call rejects."""
+        memo = self._direct_refs[i]
+        if memo is not None and memo[0]() is a and a.base is memo[1]:
             return a.flags.carray
         if not is_direct(a):
             return False
         try:
-            self._direct_refs[i] = weakref.ref(a)
+            self._direct_refs[i] = (weakref.ref(a), a.base)
         except TypeError:  # an ndarray subclass without weak reference support
             pass
         return True

@@ -10,6 +10,8 @@ its poly pass do): they change *which statements exist*, which a schedule cannot
 """
 from __future__ import annotations
 
+from math import prod
+
 from tvm import s_tir, tirx
 from tvm_ffi import structural_walk
 
@@ -29,7 +31,9 @@ from .plain import contiguous_iter, tvm_dtype_bits
 # (ScheduleConfig.sum_math_registers) and may cover a whole row: 80 lanes instead of 16 ran a
 # yolo-style loss sum [32, 26, 26, 3, 80] 2.21 -> 1.60 ms, rows of 96 and 128 2.22 -> 1.69 and
 # 2.11 -> 1.58 (8 registers against 4, 2 threads); a plain row sum lost with 8 (rows of 256:
-# 0.62 -> 0.83 ms, its 128 partials summed per row), so it keeps math_registers.
+# 0.62 -> 0.83 ms, its 128 partials summed per row), so it keeps math_registers; so does a sum
+# over a row and fewer than ACROSS_ROWS rows per result ([64, 3, 80] over its last two axes).
+ACROSS_ROWS = 8
 
 
 def wide_partials(block) -> bool:
@@ -100,7 +104,7 @@ def rfactor_rows(sch, names: list[str], roles: dict[str, str], cfg: ScheduleConf
             # row; where the partials also sum over other reduced axes (a full sum), up to
             # cfg.sum_math_registers and one step a row (ACROSS_AXES above)
             step = 2 * lanes
-            if any(int(iv.iter_type) == 2 and _extent(iv) > 1 for iv in blk.iter_vars[:-1]):
+            if prod(_extent(iv) for iv in blk.iter_vars[:-1] if int(iv.iter_type) == 2) >= ACROSS_ROWS:
                 regs, steps = cfg.sum_math_registers, 1
             else:
                 regs = cfg.math_registers

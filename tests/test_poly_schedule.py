@@ -557,14 +557,15 @@ def test_elementwise_vector_math_runs_several_registers_per_op(shape, regs):
 
 @pytest.mark.parametrize("shape,regs,partials,axis", [((64, 3, 80), 8, 80, None), ((32, 2, 128), 8, 128, None),
                                                       ((32, 3, 160), 8, 80, None), ((64, 3, 80), 4, 16, None),
-                                                      ((64, 3, 80), 5, 80, None), ((64, 3, 80), 8, 16, (1, 2))])
+                                                      ((64, 3, 80), 5, 80, None), ((64, 3, 80), 8, 80, (1, 2)),
+                                                      ((64, 3, 80), 8, 16, (2,))])
 def test_math_sums_over_several_axes_take_more_registers_of_partials(shape, regs, partials, axis):
     """Partials that also sum over other reduced axes (a full sum) add up their lanes once, not
     once per row, so they cover up to sum_math_registers float32 registers a step and may take a
     whole row: a yolo-style loss sum over [.., 3, 80] runs 80 partials, one vector of 5 registers
     (yolo ~2380 11.5 -> 7.8 ms), not 16; rows of 128 take 8 registers. A row sum (one reduced
-    axis), or a sum of fewer than 8 rows per result (3 x 80), keeps math_registers and two steps a
-    row (test above)."""
+    axis) keeps math_registers and two steps a row (test above); two rows or more per result do
+    not ([64, 3, 80] over its last two axes)."""
     b = GraphBuilder("loss_total")
     x, z = b.input("x", shape), b.input("z", shape)
     w = b.input("w", shape[:-1] + (1,))

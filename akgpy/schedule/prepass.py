@@ -31,9 +31,11 @@ from .plain import contiguous_iter, tvm_dtype_bits
 # (ScheduleConfig.sum_math_registers) and may cover a whole row: 80 lanes instead of 16 ran a
 # yolo-style loss sum [32, 26, 26, 3, 80] 2.21 -> 1.60 ms, rows of 96 and 128 2.22 -> 1.69 and
 # 2.11 -> 1.58 (8 registers against 4, 2 threads); a plain row sum lost with 8 (rows of 256:
-# 0.62 -> 0.83 ms, its 128 partials summed per row), so it keeps math_registers; so does a sum
-# over a row and fewer than ACROSS_ROWS rows per result ([64, 3, 80] over its last two axes).
-ACROSS_ROWS = 8
+# 0.62 -> 0.83 ms, its 128 partials summed per row), so it keeps math_registers. Two rows per
+# result already pay (ACROSS_ROWS): [16384, 3, 80] and [65536, 2, 64] summed over their last
+# two axes 1.83 -> 1.72 and 3.66 -> 3.03 ms with 2 against 8 as the floor, yolo ~2380 (whose
+# chunked sums cover 3 rows each) 8.8 -> 8.0.
+ACROSS_ROWS = 2
 
 
 def wide_partials(block) -> bool:

@@ -328,8 +328,13 @@ def _reduce(kind: str):
         # summed as one scalar chain of float64 adds, 12.5 ms for [8192, 999]; not for sums in
         # integers under 32 bits (int8: 8 lanes of one byte, slower than the scalar chain)
         wide_acc = acc_dt.startswith("float") or dtypes.to_numpy(acc_dt).itemsize >= 4
+        # a max too: over rows of 999 it was one scalar chain of compares (2.1 ms for [8192,
+        # 999], more than all the rest of a softmax); only in 32 bits or more (float16 compares
+        # would convert each lane)
         lanes = (_lane_split(lw, x.desc.name, xs, inner_axes, exts)
-                 if kind == "sum" and lw.vector_math and (chunk_shape or wide_acc) else 0)
+                 if lw.vector_math and (kind == "sum" and (chunk_shape or wide_acc)
+                                        or kind == "max" and dtypes.to_numpy(acc_dt).itemsize >= 4) else 0)
+        reduce_ = te.sum if kind == "sum" else te.max
         if lanes:
             # the block of each chunk is contiguous in x but its innermost dim is short ([.., 3, 2],
             # [.., 57]): sum it as `lanes` interleaved partials over its flat offset, so the long
@@ -350,20 +355,21 @@ def _reduce(kind: str):
                 return out_
             # lanes innermost: the partials' stride-1 dim is the one the vector loop runs along
             part = lw.compute((*chunk_shape, *out.shape, lanes),
-                              lambda *i: te.sum(load(i[nc:-1], i[:nc], digits(kf * lanes + i[-1])), axis=[kf]),
+                              lambda *i: reduce_(load(i[nc:-1], i[:nc], digits(kf * lanes + i[-1])), axis=[kf]),
                               role="reduce", suffix=LANE_PARTIALS)
             cvars = [te.reduce_axis((0, c), name=f"c{j}") for j, c in enumerate(chunk_shape)]
             lane = te.reduce_axis((0, lanes), name="lane")
-            red = lw.compute(out.shape, lambda *i: te.sum(part(*cvars, *i, lane), axis=[*cvars, lane]), role="reduce")
+            red = lw.compute(out.shape, lambda *i: reduce_(part(*cvars, *i, lane), axis=[*cvars, lane]), role="reduce")
             if rem:
                 kt = te.reduce_axis((0, rem), name="kt")
                 tail = lw.compute((*chunk_shape, *out.shape),
-                                  lambda *i: te.sum(load(i[nc:], i[:nc], digits(block - rem + kt)), axis=[kt]),
+                                  lambda *i: reduce_(load(i[nc:], i[:nc], digits(block - rem + kt)), axis=[kt]),
                                   role="reduce", suffix="_tail")
                 tvars = [te.reduce_axis((0, c), name=f"t{j}") for j, c in enumerate(chunk_shape)]
-                tsum = lw.compute(out.shape, lambda *i: te.sum(tail(*tvars, *i), axis=tvars), role="reduce",
+                tsum = lw.compute(out.shape, lambda *i: reduce_(tail(*tvars, *i), axis=tvars), role="reduce",
                                   suffix="_tails") if tvars else tail
-                red = lw.compute(out.shape, lambda *i: red(*i) + tsum(*i), suffix="_total")
+                red = lw.compute(out.shape, lambda *i: red(*i) + tsum(*i) if kind == "sum" else
+                                 tirx.max(red(*i), tsum(*i)), suffix="_total")
         elif chunk_shape:
             # chunks outermost: a column sum's partials then keep the kept dims contiguous, so
             # each partial accumulates whole input rows with vector adds

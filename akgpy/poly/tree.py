@@ -206,9 +206,11 @@ def _vector_split(model, opts, stmts, exprs, coincident, q, notes, where, isolat
         return False
     if widen is not None:
         regs, why = widen
-    else:  # one chain widens the loop it shares with cheap elementwise statements, not a reduction's
-        regs, why = max(((opts.registers.get(s.name, 1), opts.chains.get(s.name, "")) for s in stmts), key=lambda r: r[0]) \
-            if all(s.kind == "compute" for s in stmts) else (1, "")
+    elif all(s.kind == "compute" for s in stmts):  # a chain widens the loop it shares with cheap statements
+        widest = max(stmts, key=lambda s: opts.registers.get(s.name, 1))
+        regs, why = opts.registers.get(widest.name, 1), opts.chains.get(widest.name, "")
+    else:  # not a reduction's
+        regs, why = 1, ""
     while regs > 1 and (rest or isolate is None or ext % (L * regs)):
         regs //= 2
     gather = _gather_registers(opts, stmts, tail, L, ext) if tail is not None and not rest else 1

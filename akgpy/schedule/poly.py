@@ -204,56 +204,52 @@ def _transpose_sources(func) -> set[str]:
 
 def _shared_math(func, roles: dict[str, str], lanes: int) -> set[str]:
     """Elementwise blocks computing vector math (te/fastmath.py's exp/log/tanh) that inlining
-    would evaluate twice or more per element: read by several consumers, directly or through
-    other inlined blocks. Kept, each element's math runs once and its consumers read it back
-    while it is cached (the buffer becomes row-sized once they share the row's loop): softmax
-    over [8192, 1000], whose exp fed both the sum and the division, 3.60 -> 2.31 ms."""
+    would evaluate twice or more per element (read by several consumers, directly or through
+    other inlined blocks), one of whose uses reduces along its row (`_row_read`). Kept, each
+    element's math runs once and its consumers read it back while it is cached (the buffer
+    becomes row-sized once they share the row's loop): softmax over [8192, 1000], whose exp fed
+    both the sum and the division, 3.60 -> 2.31 ms. Only for rows of a register or more (kept,
+    the block vectorises on its own: yolo's [.., 3, 2] tails vectorise only coalesced with their
+    consumers, ~3153-like 0.20 -> 1.0 ms kept) and WIDE_MATH_INSTANCES elements or more (as for
+    math_registers: [32, 1001] 35 -> 40-49 us kept)."""
     blocks = {n: b for n, b in _blocks(func).items() if b.writes}  # not the root, which holds them all
     writer = {b.writes[0].source.name: n for n, b in blocks.items()}
-    readers: dict[str, list[str]] = {n: [] for n in blocks}
+    readers: dict[str, list[tuple[str, object]]] = {n: [] for n in blocks}  # (reader, its load)
     for name, b in blocks.items():
         loads = []
         structural_walk(b.body, [(ir.TensorLoad, loads.append)])
-        for ld in loads:
-            src = writer.get(ld.source.name)
-            if src is not None and src != name:
-                readers[src].append(name)  # once per load: e * e evaluates e twice
+        for ld in loads:  # once per load: e * e evaluates e twice
+            if writer.get(ld.source.name, name) != name:
+                readers[writer[ld.source.name]].append((name, ld))
     outputs = {p.name for p in func.params}  # kernel arguments (their handles bear the buffers' names)
+    inlined = {n for n, b in blocks.items() if roles.get(n) == "elemwise" and b.writes[0].source.name not in outputs}
     uses: dict[str, int] = {}
     for name in reversed(list(blocks)):  # consumers come after their producers
-        inlined = [r for r in readers[name] if roles.get(r) == "elemwise"
-                   and blocks[r].writes[0].source.name not in outputs]
-        uses[name] = sum(uses[r] for r in inlined) + len(readers[name]) - len(inlined)
-    def row_reduced(name, seen=()) -> bool:  # through inlined elementwise blocks (a Cast)
-        buf = blocks[name].writes[0].source
-        return any(_row_reads(blocks[r], buf) if roles.get(r) == "reduce" else
-                   r in inlined_ok and r not in seen and row_reduced(r, (*seen, r)) for r in readers[name])
-    inlined_ok = {n for n, b in blocks.items() if roles.get(n) == "elemwise" and b.writes[0].source.name not in outputs}
-    # a row of a register or more: kept, the block vectorises on its own. Yolo's [.., 3, 2]
-    # tails are vectorised only coalesced with their consumers (~3153-like 0.20 -> 1.0 ms kept).
-    # Small ones stay inlined, as for math_registers: [32, 1001] 35 -> 40-49 us kept
-    def shape(n):
-        return [int(e) for e in blocks[n].writes[0].source.shape]
-    return {n for n, b in blocks.items()
-            if roles.get(n) == "elemwise" and uses[n] >= 2 and uses_vector_math(b) and row_reduced(n)
-            and shape(n)[-1] >= lanes and prod(shape(n)) >= WIDE_MATH_INSTANCES}
+        uses[name] = sum(uses[r] if r in inlined else 1 for r, _ in readers[name])
+
+    def row_reduced(name) -> bool:  # through inlined elementwise blocks (a Cast); a DAG: no cycles
+        return any(_row_read(blocks[r], ld) if roles.get(r) == "reduce" else r in inlined and row_reduced(r)
+                   for r, ld in readers[name])
+    out = set()
+    for n, b in blocks.items():
+        shape = [int(e) for e in b.writes[0].source.shape]
+        if roles.get(n) == "elemwise" and shape and shape[-1] >= lanes and prod(shape) >= WIDE_MATH_INSTANCES \
+                and uses[n] >= 2 and uses_vector_math(b) and row_reduced(n):
+            out.add(n)
+    return out
 
 
-def _row_reads(block, buf) -> bool:
-    """Does reduction `block` read `buf` along its last dim with a reduced iterator (a row sum
+def _row_read(block, load) -> bool:
+    """Does reduction `block` make `load` along its last dim with a reduced iterator (a row sum
     of it, as softmax's)? Only then is keeping a shared math block a sure gain: its row is
     written and read back while cached. Kept beside elementwise consumers alone, a block could
     cost their coalesced vector loop (yolo ~6853: [.., 3, 2] tails, 0.46 -> 14.8 ms scalar)."""
+    if not load.indices:
+        return False
     reduced = [iv.var for iv in block.iter_vars if int(iv.iter_type) == 2]
-    loads = []
-    structural_walk(block.body, [(ir.TensorLoad, loads.append)])
-    for ld in loads:
-        if ld.source.same_as(buf) and ld.indices:
-            used = []
-            structural_walk(ld.indices[-1], [(tirx.Var, used.append)])
-            if any(u.same_as(v) for u in used for v in reduced):
-                return True
-    return False
+    used = []
+    structural_walk(load.indices[-1], [(tirx.Var, used.append)])
+    return any(u.same_as(v) for u in used for v in reduced)
 
 
 def _varies(blocks, writer, name, pos, seen) -> bool:

@@ -26,7 +26,7 @@ from .plain import contiguous_iter, tvm_dtype_bits
 # waiting on latency; with more independent registers per step a softplus row sum (one thread,
 # cache-resident) ran 49 -> 42 cycles per 16 elements at rows of 240 (3 registers), 59 -> 43 at
 # 256 (4 instead of 2), 49 -> 46 at 192 (4 instead of 2).
-# ACROSS_AXES: partials that also sum over other reduced axes (a full sum over [.., 3, 80]) add
+# ACROSS_ROWS: partials that also sum over other reduced axes (a full sum over [.., 3, 80]) add
 # up their lanes once per kernel, not once per row, so they take more registers
 # (ScheduleConfig.sum_math_registers) and may cover a whole row: 80 lanes instead of 16 ran a
 # yolo-style loss sum [32, 26, 26, 3, 80] 2.21 -> 1.60 ms, rows of 96 and 128 2.22 -> 1.69 and
@@ -72,8 +72,8 @@ def _loop_scalars(sch, names: list[str]) -> None:
             sch.add_unit_loop(block)
 
 
-def _extent(iv) -> int:
-    e = iv.dom.extent
+def _int(e) -> int:
+    """A loop or iterator extent as an int (0 when it is not a constant)."""
     return int(e.value) if hasattr(e, "value") else 0
 
 
@@ -98,15 +98,14 @@ def rfactor_rows(sch, names: list[str], roles: dict[str, str], cfg: ScheduleConf
             continue
         acc_bits = tvm_dtype_bits(blk.writes[0].source.dtype)
         lanes = max(cfg.vector_bytes * 8 // max(acc_bits, 8), 1)
-        ext = sch.get(loops[-1]).extent
-        ext = int(ext.value) if hasattr(ext, "value") else 0
+        ext = _int(sch.get(loops[-1]).extent)
         steps = 2  # a partial sum's fewest terms per row: one would only copy the row
         if wide_partials(blk) and ext >= 4 * lanes:
             # whole float32 registers of math per step: up to cfg.math_registers and two steps a
             # row; where the partials also sum over other reduced axes (a full sum), up to
-            # cfg.sum_math_registers and one step a row (ACROSS_AXES above)
+            # cfg.sum_math_registers and one step a row (ACROSS_ROWS above)
             step = 2 * lanes
-            if prod(_extent(iv) for iv in blk.iter_vars[:-1] if int(iv.iter_type) == 2) >= ACROSS_ROWS:
+            if prod(_int(iv.dom.extent) for iv in blk.iter_vars[:-1] if int(iv.iter_type) == 2) >= ACROSS_ROWS:
                 regs, steps = cfg.sum_math_registers, 1
             else:
                 regs = cfg.math_registers

@@ -324,16 +324,13 @@ def _reduce(kind: str):
             return te.sum(v, axis=rv) if kind == "sum" else te.max(v, axis=rv)
 
         exts = [factor if a == split_axis else xs[a] for a in inner_axes]
-        # also without chunks: a row of 999 float16 had no vector partials (none divides it) and
-        # summed as one scalar chain of float64 adds, 12.5 ms for [8192, 999]; not for sums in
-        # integers under 32 bits (int8: 8 lanes of one byte, slower than the scalar chain)
-        wide_acc = acc_dt.startswith("float") or dtypes.to_numpy(acc_dt).itemsize >= 4
-        # a max too: over rows of 999 it was one scalar chain of compares (2.1 ms for [8192,
-        # 999], more than all the rest of a softmax); only in 32 bits or more (float16 compares
-        # would convert each lane)
-        lanes = (_lane_split(lw, x.desc.name, xs, inner_axes, exts)
-                 if lw.vector_math and (kind == "sum" and (chunk_shape or wide_acc)
-                                        or kind == "max" and dtypes.to_numpy(acc_dt).itemsize >= 4) else 0)
+        # also without chunks, for an accumulator of 32 bits or more: a row of 999 float16 had
+        # no vector partials (none divides it) and summed as one scalar chain of float64 adds,
+        # 12.5 ms for [8192, 999]; a float32 max over it was a scalar chain of compares (2.1 ms,
+        # most of a softmax). Narrower ones keep the chain: int8 sums ran slower in 8 one-byte
+        # lanes, and float16 compares would convert each lane
+        wide_acc = dtypes.to_numpy(acc_dt).itemsize >= 4
+        lanes = _lane_split(lw, x.desc.name, xs, inner_axes, exts) if lw.vector_math and (chunk_shape or wide_acc) else 0
         reduce_ = te.sum if kind == "sum" else te.max
         if lanes:
             # the block of each chunk is contiguous in x but its innermost dim is short ([.., 3, 2],

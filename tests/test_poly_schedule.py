@@ -1066,3 +1066,63 @@ def test_transpose_tile_width_leaves_room_for_rows(channels, tile):
     prog = akgpy.fuse(g, config=akgpy.ScheduleConfig(vector_bytes=64))
     assert f"each tile ({tile}) is transposed in registers" in prog.explain()
     assert not check_program(g, prog)
+
+
+def _compacted_allocs(prog) -> list[str]:
+    from tvm import s_tir
+    mod = prog.kernels[0]._mod
+    for p in (s_tir.transform.PlanAndUpdateBufferAllocationLocation(), s_tir.transform.ConvertBlocksToOpaque(),
+              s_tir.transform.CompactBufferAllocation()):
+        mod = p(mod)
+    return re.findall(r"T.sblock_alloc_buffer\(\(([^)]*)\)", mod.script())
+
+
+def test_a_transpose_and_its_producer_share_the_transposed_dim_in_blocks():
+    """yolo ~4991's pattern: the producer computes along w, the transpose writes along c. The
+    shared loops end above c, so one batch's whole [c, h, w] intermediate was written before the
+    transpose read it (1.4 MB there, past L2). Blocked in c, the intermediate of a block fits
+    half of L2 and is read back from it; the block is a multiple of the transpose's tile rows."""
+    b = GraphBuilder("transpose_blocks")
+    x, y = b.input("x", (2, 256, 26, 26), "float16"), b.input("y", (2, 256, 26, 26), "float16")
+    m = (x >= y).astype("float16") * x
+    b.output(x - m)
+    b.output(b.transpose(m * 0.1, (0, 2, 3, 1)))
+    g = b.build()
+    prog = akgpy.fuse(g, config=WIDE.replace(l2_bytes=256 << 10))
+    text = prog.explain()
+    got = re.search(r"the transposed dim \(i1 of \w+, 256\) shared in blocks of (\d+)", text)
+    assert got, text[:3000]
+    block = int(got.group(1))
+    rows = int(re.search(r"each tile \(\d+ x (\d+)\) is transposed in registers", text).group(1))
+    assert 256 % block == 0 and block % rows == 0 and block * 26 * 26 * 2 <= 128 << 10, (block, rows)
+    assert _compacted_allocs(prog) == [f"1, {block}, 26, 26"]
+    assert not check_program(g, prog)
+    # an L2 too small for one block's intermediate: the whole plane, as before
+    whole = akgpy.fuse(g, config=WIDE.replace(l2_bytes=4 << 10))
+    assert "shared in blocks of" not in whole.explain() and _compacted_allocs(whole) == ["1, 256, 26, 26"]
+    assert whole.kernels[0].tir != prog.kernels[0].tir
+    assert not check_program(g, whole)
+
+
+def test_a_streamed_transpose_stores_whole_cache_lines():
+    """Streamed (non-temporal) stores must fill whole lines, and a line read before a partial
+    write costs a read: where the output streams, a tile writes whole lines (32 float16 rows
+    from 13-element reads) instead of the 26 x 16 it takes when the output stays cached."""
+    b = GraphBuilder("transpose_lines")
+    x = b.input("x", (4, 256, 26, 26), "float16")
+    b.output(b.transpose(x, (0, 2, 3, 1)))
+    g = b.build()
+    cached = akgpy.fuse(g, config=WIDE)
+    assert "each tile (26 x 16) is transposed in registers" in cached.explain()
+    streamed = akgpy.fuse(g, config=WIDE.replace(stream_min_bytes=1 << 20))
+    text = streamed.explain()
+    assert "each tile (13 x 32) is transposed in registers" in text, text[:3000]
+    assert "streaming stores: candidates" in text
+    if llvm_is_x86():
+        assert streamed.kernels[0].source.count("!nontemporal") > 0
+    assert not check_program(g, cached) and not check_program(g, streamed)
+
+
+def llvm_is_x86() -> bool:
+    from akgpy.targets import llvm
+    return llvm.is_x86(llvm.host_target())

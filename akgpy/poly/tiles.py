@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import islpy as isl
+
 from .access import big_accesses, extents, pow2_lanes, stride1_dim, write_order
 from .isl_util import maps_of
 
@@ -33,35 +35,13 @@ def register_transpose_tile(stmts, exprs, coincident, opts, notes, where):
     if len(stmts) != 1:
         return None
     s = stmts[0]
-    reads, writes = maps_of(s.reads), maps_of(s.writes)
-    if s.name not in opts.copies or len(reads) != 1 or len(writes) != 1 or not all(coincident):
-        return None
-    r, w = stride1_dim(reads[0]), stride1_dim(writes[0])
-    order = write_order(writes[0])
     names = exprs[s.name]
-    if r is None or w is None or r == w or order is None or s.dims[r] not in names:
+    if (plan := transpose_plan(s, names, coincident, opts)) is None:
         return None
-    rows = [d for d in order[order.index(r) + 1:] if s.dims[d] in names]
-    ext = extents(s)
-    lanes = opts.lanes.get(s.name, 1)
-    if (narrow := opts.transpose_lanes.get(s.name)) and ext[r] % narrow == 0:
-        lanes = narrow  # narrower registers only where each tile's rows fill them
-    W = pow2_lanes(ext[r], lanes)
-    widths = [W]
-    if W < max(4, lanes // 2):  # else whole rows up to two registers (52: LLVM splits 32 + 16 + 4)
-        widths = [d for d in range(2 * lanes, max(4, lanes // 2) - 1, -1) if ext[r] % d == 0]
-    if not widths or not rows:
-        return None
-    # the tile's shorter side is the length of its vector loads or stores: a narrower width
-    # that divides the row may leave registers for more rows (yolo [32, 255, 52, 52] float16
-    # -> NHWC: 52 x 5 stored 10-byte pieces, 26 x 15 stores 30 bytes)
-    W, R, sizes = _best_width(widths, lanes, rows, ext)
-    if R < 2:
-        return None
+    r, rows, W, R, size = plan
     K = [r] + [d for d in rows]
     members = [names.index(s.dims[d]) for d in K]
     rest = [q for q in range(len(names)) if q not in members]
-    size = {r: W, **sizes}
     point = [d for d in rows] + [r]
     texprs = {s.name: [names[q] for q in rest] + [f"floor(({s.dims[d]}) / {size[d]})" for d in K]
               + [s.dims[d] for d in point]}
@@ -71,9 +51,42 @@ def register_transpose_tile(stmts, exprs, coincident, opts, notes, where):
     return texprs, [True] * len(texprs[s.name]), tuple(size[d] for d in point)
 
 
-def _rows_for(W, lanes, rows, ext):
-    """(R, {written dim: its tile size}) for W-element rows: as many rows as the registers hold."""
-    budget, R, sizes = TRANSPOSE_REGISTERS // -(-W // lanes), 1, {}
+def transpose_plan(s, names, coincident, opts):
+    """The register-transpose tile of statement `s` whose band runs the dims `names`:
+    (read stride-1 dim r, written dims after it, W, R, {dim: tile size}) or None."""
+    reads, writes = maps_of(s.reads), maps_of(s.writes)
+    if s.name not in opts.copies or len(reads) != 1 or len(writes) != 1 or not all(coincident):
+        return None
+    r, w = stride1_dim(reads[0]), stride1_dim(writes[0])
+    order = write_order(writes[0])
+    if r is None or w is None or r == w or order is None or s.dims[r] not in names:
+        return None
+    rows = [d for d in order[order.index(r) + 1:] if s.dims[d] in names]
+    ext = extents(s)
+    lanes = opts.lanes.get(s.name, 1)
+    if (narrow := opts.transpose_lanes.get(s.name)) and ext[r] % narrow == 0:
+        lanes = narrow  # narrower registers only where each tile's rows fill them
+    W = pow2_lanes(ext[r], lanes)
+    widths = [W]
+    if W < max(4, lanes // 2):  # else rows that divide the extent, up to two registers (52: LLVM
+        # splits 32 + 16 + 4) and down to 4 elements (13 x 13 maps had no register transpose)
+        widths = [d for d in range(2 * lanes, 3, -1) if ext[r] % d == 0]
+    if not widths or not rows:
+        return None
+    # the tile's shorter side is the length of its vector loads or stores: a narrower width
+    # that divides the row may leave registers for more rows (yolo [32, 255, 52, 52] float16
+    # -> NHWC: 52 x 5 stored 10-byte pieces, 26 x 15 stores 30 bytes)
+    out_bits = opts.array_bits.get(writes[0].get_tuple_name(isl.dim_type.out), 32)
+    line = LINE_BYTES * 8 // out_bits if opts.streams else 1  # elements per line, where whole lines matter
+    W, R, sizes = _best_width(widths, lanes, rows, ext, line)
+    if R < 2:
+        return None
+    return r, rows, W, R, {r: W, **sizes}
+
+
+def _rows_for(W, budget, rows, ext):
+    """(R, {written dim: its tile size}) for W-element rows: as many rows as `budget` allows."""
+    R, sizes = 1, {}
     for d in reversed(rows):  # innermost written dim first; past a partial one rows would not be contiguous
         t = max((k for k in range(1, ext[d] + 1) if ext[d] % k == 0 and R * k <= budget), default=1)
         sizes[d], R = t, R * t
@@ -82,16 +95,40 @@ def _rows_for(W, lanes, rows, ext):
     return R, {d: sizes.get(d, 1) for d in rows}
 
 
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
 # a transpose tile side this long (in elements) is long enough: past it the widest row wins.
 # yolo ~4991 ran 52 x 8 in 8.5 ms, 26 x 16 in 9.0 (float16, interleaved)
 SHORT_SIDE = 8
+LINE_BYTES = 64
 
 
-def _best_width(widths, lanes, rows, ext):
-    """(W, R, sizes) for `widths` widest first: the widest unless a narrower one makes the
-    tile's shorter side longer, up to SHORT_SIDE, then the larger tile (max keeps the first)."""
-    tiles = [(w, *_rows_for(w, lanes, rows, ext)) for w in widths]
-    return max(tiles, key=lambda t: (min(t[0], t[1], SHORT_SIDE), t[0] * t[1]))
+def _best_width(widths, lanes, rows, ext, line):
+    """(W, R, sizes) for `widths` widest first, R as many rows as TRANSPOSE_REGISTERS hold.
+    First, where the output streams (`line` > 1: elements per cache line), a tile whose stores
+    fill whole lines (R a multiple of `line`, or the rows whole so that the tile's output is one
+    block): partial-line stores cannot stream and read each line before writing it. For that
+    a row narrower than a register may count as part of one (13 float16 are 26 bytes), up to
+    `line` rows, and a power-of-two row wins (one load; 13 lanes are 8 + 4 + 1). NCHW -> NHWC
+    float16 [32, 256, 52, 52], streamed (interleaved): after an elementwise producer (yolo
+    ~4991) 52 x 8 tiles 9.0 ms, 13 x 32 6.4, 4 x 32 6.0; alone 52 x 8 5.5, 13 x 32 6.5,
+    4 x 32 2.9. Then the widest unless a narrower one makes the tile's shorter side longer, up
+    to SHORT_SIDE, then the larger tile (max keeps the first)."""
+    def whole(R, sizes):
+        return R % line == 0 or all(sizes[d] == ext[d] for d in rows)
+    tiles = []
+    for w in widths:
+        tiles.append((w, *_rows_for(w, TRANSPOSE_REGISTERS // -(-w // lanes), rows, ext)))
+        if line > 1 and _pow2_at_least(w) * line <= TRANSPOSE_REGISTERS * lanes:
+            t = (w, *_rows_for(w, line, rows, ext))
+            if whole(*t[1:]):
+                tiles.append(t)
+    def rank(t):
+        w = whole(t[1], t[2])
+        return w, w and line > 1 and t[0] == _pow2_at_least(t[0]), min(t[0], t[1], SHORT_SIDE), t[0] * t[1]
+    return max(tiles, key=rank)
 
 
 def vector_tile(stmts, texprs, tco, K, sizes, exts, opts, notes, where) -> bool:

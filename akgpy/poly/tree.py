@@ -9,7 +9,9 @@ which would give loops that start at odd offsets and cannot be vectorised. So:
             the first member that is not (a shift that encodes a sequence, a skew, or a dim
             some statement lacks), or that is a statement's stride-1 dim while the statement
             has loops inside the band. Below the cut, the statements run as a sequence in
-            program order (init before update), each over its remaining dims.
+            program order (init before update), each over its remaining dims. Where a
+            transpose and its producer part at a shared dim, that dim stays shared in blocks
+            whose intermediate fits L2 (_transpose_block).
 2. order    a permutable fused band puts its stride-1 member innermost; each statement's
             remaining dims put the dim that walks its largest array with stride 1 innermost
             (a column reduction's kept dim moves inside the reduce loop).
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from math import prod
+from math import gcd, lcm, prod
 
 import islpy as isl
 
@@ -43,7 +45,7 @@ from .access import array_size, big_accesses, extents, pow2_lanes, single_dim, s
 from .isl_util import maps_of, sets_of
 from .parts import Merged, member_dims, merge_parts
 from .model import PolyModel, Statement
-from .tiles import cache_tile, register_transpose_tile, vector_tile
+from .tiles import LINE_BYTES, cache_tile, register_transpose_tile, transpose_plan, vector_tile
 
 _T = isl.schedule_node_type
 PARALLEL, VECTOR, TRANSPOSE = "parallel", "vector", "transpose"
@@ -61,6 +63,7 @@ class TreeOptions:
     transpose_lanes: dict[str, int] = field(default_factory=dict)  # copy -> lanes of its register transpose, if not `lanes`
     tile: tuple[int, ...] = ()  # explicit tile sizes for fused bands; () = cache model
     l1_bytes: int = 32 * 1024
+    l2_bytes: int = 512 * 1024
     elem_bytes: int = 4
     stride1_innermost: bool = True
     fusion_depth: int = 8  # most isl band members kept as shared loops; 0 = no fusion
@@ -69,6 +72,8 @@ class TreeOptions:
     min_parallel_work: int = 4096  # statement instances under a loop before threads pay off
     input_fusion: bool = True  # parts of isl's tree with no dependence between them may share a loop
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # isl array of a kernel argument -> its shape
+    array_bits: dict[str, int] = field(default_factory=dict)  # isl array -> element bits (32 when absent)
+    streams: bool = False  # the kernel's large outputs stream where their stores fill whole cache lines
 
 
 @dataclass
@@ -431,7 +436,7 @@ def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced, outer
     ctx = model.ctx
     outer = outer or {}
     names = [s.name for s in stmts]
-    keep, consts = 0, []
+    keep, consts, block = 0, [], None
     if band is not None:
         mupa = band.band_get_partial_schedule()
         facts = {s.name: (stride1_dims(s)[0], extents(s)) for s in stmts}
@@ -467,6 +472,7 @@ def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced, outer
         if len(clash) > 1:
             notes.append(f"fusion: {where}: isl band members {clash} are stride-1 dims of different statements; "
                          f"the band ends above member {clash[0]} and each statement runs its own order below it")
+            block = (clash[0], {n: d for n, (d, _) in consts[clash[0]].items()})
             keep, consts = clash[0], consts[:clash[0]]
         for q in range(keep):
             strided = [n for n in names if consts[q][n][0] == facts[n][0]
@@ -475,22 +481,27 @@ def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced, outer
                 notes.append(f"fusion: {where}: isl band member {q} not kept (it is the stride-1 dim of "
                              f"{strided[0]}'s largest array and {strided[0]} has loops inside it; outside "
                              "them every access would stride); the rest runs as a sequence in program order")
-                keep, consts = q, consts[:q]
+                keep, consts, block = q, consts[:q], None
                 break
-    if keep:
+    pinned = {s.name: {consts[q][s.name][0] for q in range(keep)} | outer.get(s.name, set()) for s in stmts}
+    if block is not None:
+        block = _transpose_block(model, stmts, block[1], pinned, opts, notes, where)
+    if keep or block:
         exprs = {s.name: [s.dims[consts[q][s.name][0]] for q in range(keep)] for s in stmts}
         coincident = [bool(band.band_member_get_coincident(q)) for q in range(keep)]
-        pinned = {s.name: {consts[q][s.name][0] for q in range(keep)} | outer.get(s.name, set()) for s in stmts}
-        notes.append(f"fusion: {where}: {len(stmts)} statement(s) fused under {keep} shared loop(s) "
-                     f"({', '.join(stmts[0].dims[consts[q][stmts[0].name][0]] for q in range(keep))} of "
-                     f"{stmts[0].name})")
-        if opts.stride1_innermost and band.band_get_permutable():
+        if keep:
+            notes.append(f"fusion: {where}: {len(stmts)} statement(s) fused under {keep} shared loop(s) "
+                         f"({', '.join(stmts[0].dims[consts[q][stmts[0].name][0]] for q in range(keep))} of "
+                         f"{stmts[0].name})")
+        if keep and opts.stride1_innermost and band.band_get_permutable():
             exprs, coincident = _stride1_last(stmts, exprs, coincident, pinned, notes, where)
             exprs, coincident = _storage_order(stmts, exprs, coincident, pinned, opts, notes, where)
+        if block:  # innermost of the shared loops: the blocks run inside a thread's rows
+            for n, e in block.items():
+                exprs[n].append(e)
+            coincident.append(True)
         leaf = _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tiles, where,
                            coalesced)
-    else:
-        pinned = {s.name: set(outer.get(s.name, ())) for s in stmts}
     inner = [(s, _statement_band(model, s, pinned[s.name], opts, notes)) for s in stmts]
 
     def place(node, group, spec):
@@ -520,6 +531,43 @@ def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced, outer
             node = place(node, group, spec)
         seq = _up_to_depth(node, seq.get_tree_depth())
     return seq
+
+
+def _transpose_block(model, stmts, dims: dict[str, int], pinned, opts, notes, where) -> dict[str, str] | None:
+    """Where a transpose (a copy writing along `dims`, a shared dim) and its producer (computing
+    along another) part below the shared loops, the producer's intermediate for one iteration of
+    them is the whole plane, often more than L2: yolo ~4991 wrote 1.4 MB per batch of
+    [32, 256, 52, 52] float16, then the transpose read it back from L3. Blocking the shared dim
+    by B keeps B planes' intermediate in L2 and lets each stay cache-resident between its write
+    and its transposed read. B: the smallest divisor of the dim's extent that is a multiple of
+    the transpose's register tile along it, writes whole cache lines of the transposed output,
+    and keeps every statement's vector whole ({statement: its block member}), or None."""
+    ext = {extents(s)[dims[s.name]] for s in stmts}
+    if len(ext) != 1:
+        return None
+    E = ext.pop()
+    quantum, line, footprint = 1, 1, 0  # B's divisor; output elements per cache line; intermediate bytes per unit of B
+    for s in stmts:
+        d, names = dims[s.name], [s.dims[q] for q in range(len(s.dims)) if q not in pinned[s.name]]
+        inner = prod(e for q, e in enumerate(extents(s)) if q not in pinned[s.name] and q != d)
+        if any(stride1_dim(m) == d for m in maps_of(s.writes)):  # a transpose: its tile divides B
+            plan = transpose_plan(s, names, [True] * len(names), opts)
+            if plan is None or d not in plan[-1]:
+                return None
+            quantum = lcm(quantum, plan[-1][d])
+            line = max(line, LINE_BYTES * 8 // max(opts.array_bits.get(a, 32) for a in _arrays(s.writes)))
+            continue
+        quantum = lcm(quantum, opts.lanes.get(s.name, 1) // gcd(opts.lanes.get(s.name, 1), inner))
+        for a in _arrays(s.writes) - set(opts.shapes):  # intermediates (outputs are not read back)
+            footprint += inner * opts.array_bits.get(a, 32) // 8
+    blocks = [b for b in range(1, E) if E % b == 0 and b % quantum == 0 and b >= line]
+    if not footprint or not blocks or blocks[0] * footprint > opts.l2_bytes // 2:
+        return None
+    B = blocks[0]
+    notes.append(f"fusion: {where}: the transposed dim ({stmts[0].dims[dims[stmts[0].name]]} of {stmts[0].name}, "
+                 f"{E}) shared in blocks of {B}: the producer's intermediate per block "
+                 f"({B * footprint} bytes) stays in L2 ({opts.l2_bytes} bytes) for the transpose")
+    return {s.name: f"floor(({s.dims[dims[s.name]]}) / {B})" for s in stmts}
 
 
 def _sibling_groups(inner, pinned, notes, where):
@@ -734,10 +782,11 @@ def _stride1_members(stmts, exprs) -> list[int]:
     """Fused members along which some big access walks with stride 1, plus the innermost."""
     out = {len(exprs[stmts[0].name]) - 1}
     for s in stmts:
-        fused = [s.dims.index(e) for e in exprs[s.name]]
+        fused = [s.dims.index(e) if e in s.dims else None for e in exprs[s.name]]  # None: a block
         for m in big_accesses(s):
             d = stride1_dim(m)
-            if d is not None and d in fused and _used_after(m, fused[fused.index(d) + 1:]):
+            if d is not None and d in fused and \
+                    _used_after(m, [f for f in fused[fused.index(d) + 1:] if f is not None]):
                 out.add(fused.index(d))
     return sorted(out)
 

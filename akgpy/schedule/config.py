@@ -24,6 +24,9 @@ class ScheduleConfig:
     min_parallel_work: int = 4096  # statement instances in a nest before it uses threads
     tile: tuple[int, ...] = ()  # tile sizes for fused bands; () = cache model, only where it helps
     l1_bytes: int = 32 * 1024  # the cache model's L1 size
+    # per-core L2 size: a transpose's producer runs in blocks whose intermediate fits half of it
+    # (tree.py, _transpose_block). default_config: the host's, from sysfs
+    l2_bytes: int = 512 * 1024
     stride1_innermost: bool = True  # move the dim walking the largest array with stride 1 innermost
     fusion_depth: int = 8  # most isl band members kept as loops shared by fused statements; 0 = none
     input_fusion: bool = True  # isl's proximity includes two statements reading one input element
@@ -61,7 +64,8 @@ class ScheduleConfig:
     prefetch_bytes: int = 0
 
     def __post_init__(self):
-        for f in ("vector_bytes", "tile_i", "tile_j_vectors", "min_parallel", "l1_bytes", "min_parallel_work",
+        for f in ("vector_bytes", "tile_i", "tile_j_vectors", "min_parallel", "l1_bytes", "l2_bytes",
+                  "min_parallel_work",
                   "chain_registers", "math_registers", "sum_math_registers"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -142,7 +146,8 @@ def default_config(target=None) -> ScheduleConfig:
     (NARROW_TRANSPOSE_BYTES_BY_CPU, STREAM_POLICY_BY_CPU).
     A bare ScheduleConfig() has prefetch off and 4 chain registers."""
     try:
-        from ..targets.llvm import has_fp16_arithmetic, host_llc_bytes, host_vector_bytes, resolve
+        from ..targets.llvm import (has_fp16_arithmetic, host_l2_bytes, host_llc_bytes, host_vector_bytes,
+                                    resolve)
         vector_bytes = host_vector_bytes()
     except Exception:  # no LLVM: generic defaults
         return ScheduleConfig()
@@ -153,5 +158,5 @@ def default_config(target=None) -> ScheduleConfig:
         tgt, native_fp16 = None, False
     chains = NATIVE_FP16_CHAIN_REGISTERS if native_fp16 else ScheduleConfig.chain_registers
     return ScheduleConfig(vector_bytes=vector_bytes, stream_min_bytes=2 * host_llc_bytes()[0],
-                          narrow_transpose_bytes=_narrow_transpose_bytes(tgt), prefetch_bytes=PREFETCH_BYTES,
+                          l2_bytes=host_l2_bytes(), narrow_transpose_bytes=_narrow_transpose_bytes(tgt), prefetch_bytes=PREFETCH_BYTES,
                           chain_registers=chains, **STREAM_POLICY_BY_CPU.get(_mcpu(tgt), {}))

@@ -37,6 +37,7 @@ from .config import ScheduleConfig, default_config
 from .isl_ast import realize
 from .plain import inline_injective, plain_schedule, tvm_dtype_bits
 from .prepass import rfactor_rows, uses_vector_math, wide_partials
+from .stream import stream_candidates
 from .transpose import copy_parts
 
 
@@ -68,7 +69,7 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
     except Exception as e:  # the analysis must never stop a valid graph from compiling
         return fallback(f"polyhedral analysis failed: {type(e).__name__}: {e}")
     t1 = time.perf_counter()
-    opts = _tree_options(func, model, cfg)
+    opts = _tree_options(func, model, cfg, streams=bool(stream_candidates(low, cfg)[0]))
     try:
         shaped = shape(model, deps, tree, opts)
         final, notes, passes, coalesced = shaped.schedule, shaped.notes, "akgpy passes", shaped.coalesced
@@ -330,7 +331,7 @@ def _roundings(block) -> int:
     return n[0]
 
 
-def _tree_options(func, model, cfg: ScheduleConfig) -> TreeOptions:
+def _tree_options(func, model, cfg: ScheduleConfig, streams: bool = False) -> TreeOptions:
     bits, shapes = {}, {}
     blocks = _blocks(func)
     allocs = [buf for b in blocks.values() for buf in b.alloc_buffers]
@@ -383,9 +384,10 @@ def _tree_options(func, model, cfg: ScheduleConfig) -> TreeOptions:
                 narrow[s.name] = min(lanes[s.name], max(cfg.narrow_transpose_bytes * 8 // elem, 1))
     return TreeOptions(lanes=lanes, registers=registers, chains=chains, column_registers=column, copies=copies,
                        transpose_lanes=narrow, tile=cfg.tile,
-                       l1_bytes=cfg.l1_bytes, stride1_innermost=cfg.stride1_innermost,
+                       l1_bytes=cfg.l1_bytes, l2_bytes=cfg.l2_bytes, stride1_innermost=cfg.stride1_innermost,
                        fusion_depth=cfg.fusion_depth, parallel=cfg.parallel, min_parallel=cfg.min_parallel,
-                       min_parallel_work=cfg.min_parallel_work, input_fusion=cfg.input_fusion, shapes=shapes)
+                       min_parallel_work=cfg.min_parallel_work, input_fusion=cfg.input_fusion, shapes=shapes,
+                       array_bits={a: bits.get(b, 32) for a, b in model.arrays.items()}, streams=streams)
 
 
 def _block_names(sch) -> list[str]:

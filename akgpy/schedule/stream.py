@@ -50,22 +50,33 @@ def _views(func, outputs: dict) -> dict:
     return views
 
 
-def mark_stream_outputs(mod, low: Lowered, cfg: ScheduleConfig):
-    """(mod with the outputs to stream in its function's `ATTR`, a one-line note for explain)."""
+def stream_candidates(low: Lowered, cfg: ScheduleConfig) -> tuple[list, str]:
+    """(the kernel's output params that stream where their stores fill whole lines, and when
+    there are none, why)."""
     moved = sum(_bytes(p) for p in low.params)
     if not cfg.stream_min_bytes or moved < cfg.stream_min_bytes:
-        why = "off" if not cfg.stream_min_bytes else f"kernel moves {moved >> 20} MiB < {cfg.stream_min_bytes >> 20} MiB"
+        return [], ("off" if not cfg.stream_min_bytes
+                    else f"kernel moves {moved >> 20} MiB < {cfg.stream_min_bytes >> 20} MiB")
+    outputs = [p for p in low.params if p.kind != "input" and _bytes(p) >= MIN_OUTPUT]
+    if not outputs:
+        return [], "no output of at least 1 MiB"
+    written = sum(_bytes(p) for p in outputs)
+    read = sum(_bytes(p) for p in low.params if p.kind != "output")
+    if written > read and not cfg.stream_write_heavy:
+        return [], (f"the kernel writes more than it reads: {written >> 20} MiB against {read >> 20} MiB, "
+                    "and stream_write_heavy is off")
+    return outputs, ""
+
+
+def mark_stream_outputs(mod, low: Lowered, cfg: ScheduleConfig):
+    """(mod with the outputs to stream in its function's `ATTR`, a one-line note for explain)."""
+    chosen, why = stream_candidates(low, cfg)
+    if not chosen:
         return mod, f"streaming stores: none ({why})"
     (gv, func), = list(mod.functions_items())
     outputs = {str(v.data): [p.tensor, _bytes(p)] for v, p in zip(func.params, low.params)
-               if p.kind != "input" and _bytes(p) >= MIN_OUTPUT}
-    if not outputs:
-        return mod, "streaming stores: none (no output of at least 1 MiB)"
-    written = sum(b for _, b in outputs.values())
-    read = sum(_bytes(p) for p in low.params if p.kind != "output")
-    if written > read and not cfg.stream_write_heavy:
-        return mod, (f"streaming stores: none (the kernel writes more than it reads: {written >> 20} MiB "
-                     f"against {read >> 20} MiB, and stream_write_heavy is off)")
+               if any(p is c for c in chosen)}
+    moved = sum(_bytes(p) for p in low.params)
     func = func.with_attr(ATTR, {**outputs, **_views(func, outputs)}).with_attr(SHARE_ATTR, float(cfg.stream_share))
     mod = mod.__class__({gv: func})
     when = (f"when stores that fill whole lines write at least {cfg.stream_share:.0%} of their bytes"

@@ -29,17 +29,31 @@ def host_vector_bytes() -> int:
 @functools.lru_cache(maxsize=None)
 def host_llc_bytes() -> tuple[int, str]:
     """(size of the host's last-level cache, where it came from: "sysfs" or "fallback")."""
+    best = max(_host_caches().values(), default=0)
+    return (best, "sysfs") if best else (32 << 20, "fallback")
+
+
+def host_l2_bytes() -> int:
+    """Per-core L2 size from sysfs, else 512 KiB (a common size: 256 KiB - 2 MiB)."""
+    return _host_caches().get(2) or 512 << 10
+
+
+@functools.lru_cache(maxsize=None)
+def _host_caches() -> dict[int, int]:
+    """{level: bytes} of cpu0's data/unified caches, from sysfs (empty when unreadable)."""
     base = Path("/sys/devices/system/cpu/cpu0/cache")
-    best = 0
+    out: dict[int, int] = {}
     for d in sorted(base.glob("index*")):
         try:
             if (d / "type").read_text().strip() == "Instruction":
                 continue
             s = (d / "size").read_text().strip()
-            best = max(best, int(s.rstrip("KMG")) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1], 1))
+            size = int(s.rstrip("KMG")) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1], 1)
+            level = int((d / "level").read_text())
+            out[level] = max(out.get(level, 0), size)
         except (OSError, ValueError):
             continue
-    return (best, "sysfs") if best else (32 << 20, "fallback")
+    return out
 
 
 def _cpu_flags() -> set[str]:

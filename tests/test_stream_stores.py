@@ -93,7 +93,7 @@ def test_kernels_writing_more_than_they_read_stream_only_where_the_cpu_gains():
     assert not check_program(g, prog)
 
 
-@pytest.mark.parametrize("mcpu,heavy,share", [("znver5", True, 0.0), ("znver3", False, 0.9),
+@pytest.mark.parametrize("mcpu,heavy,share", [("znver5", True, 0.0), ("znver4", True, 0.0), ("znver3", False, 0.9),
                                                ("sapphirerapids", False, 0.9), ("skylake-avx512", False, 0.9)])
 def test_the_streaming_policy_is_a_per_cpu_default(mcpu, heavy, share):
     """Measured: write-heavy kernels 35-40% faster streamed on Zen 5, 12-14% slower on a Xeon;

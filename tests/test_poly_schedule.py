@@ -1126,3 +1126,20 @@ def test_a_streamed_transpose_stores_whole_cache_lines():
 def llvm_is_x86() -> bool:
     from akgpy.targets import llvm
     return llvm.is_x86(llvm.host_target())
+
+
+def test_transpose_blocks_with_a_batch_of_one_run_one_parallel_loop():
+    """With a batch of one isl keeps no shared loop but the block one, which then takes the
+    thread pool; the statements' own loops below it stay serial (a nested parallel loop is an
+    LLVM codegen error in TVM's thread pool)."""
+    b = GraphBuilder("transpose_blocks_n1")
+    x, y = b.input("x", (1, 256, 13, 13), "float16"), b.input("y", (1, 256, 13, 13), "float16")
+    m = (x >= y).astype("float16") * x
+    b.output(x - m)
+    b.output(b.transpose(m * 0.5, (0, 2, 3, 1)))
+    g = b.build()
+    prog = akgpy.fuse(g, config=WIDE)
+    text = prog.explain()
+    assert re.search(r"parallel: part 0: member 0 \(floor\(\(i1\) / \d+\)", text), text[:3000]
+    assert prog.kernels[0].tir.count("T.parallel") == 1
+    assert not check_program(g, prog)

@@ -502,7 +502,9 @@ def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced, outer
             coincident.append(True)
         leaf = _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tiles, where,
                            coalesced)
-    inner = [(s, _statement_band(model, s, pinned[s.name], opts, notes)) for s in stmts]
+    # below a block loop (which may be the parallel one) the statements' own loops stay serial
+    inner_opts = dataclasses.replace(opts, parallel=False) if block else opts
+    inner = [(s, _statement_band(model, s, pinned[s.name], inner_opts, notes)) for s in stmts]
 
     def place(node, group, spec):
         exprs, coincident, mark, isolate, tail = spec

@@ -172,3 +172,40 @@ def test_random_layout_models_match_reference(g: Graph, max_ops: int, seed: int)
     prog = akgpy.fuse(g, limits=Limits(max_ops=max_ops))
     bad = check_program(g, prog, seed=seed)
     assert not bad, f"{g.describe()}\n" + "\n".join(map(str, bad))
+
+
+@st.composite
+def transposed_products(draw):
+    """A computed value transposed between NCHW and NHWC beside an elementwise output (yolo's
+    pattern), at channel counts where the transpose's producer runs in L2-sized blocks, and a
+    schedule config that may stream the outputs (whole-line tiles) or shrink L2 (no blocks)."""
+    dtype = draw(st.sampled_from(["float16", "float32"]))
+    to_nhwc = draw(st.booleans())
+    stream = draw(st.booleans())
+    if stream:  # outputs past 1 MiB (stream.MIN_OUTPUT), so that they stream: whole-line tiles
+        n, c = 4, draw(st.sampled_from([128, 255, 256]))
+        h, w = draw(st.sampled_from([26, 52])), draw(st.sampled_from([26, 52]))
+    else:
+        n, c = draw(st.sampled_from([1, 2])), draw(st.sampled_from([32, 48, 64, 96, 128, 255, 256]))
+        h, w = draw(st.sampled_from([4, 7, 8, 12, 13, 16])), draw(st.sampled_from([4, 7, 8, 12, 13, 16, 26]))
+    shape = (n, c, h, w) if to_nhwc else (n, h, w, c)
+    b = GraphBuilder("transposed_product")
+    x, y = b.input("x", shape, dtype), b.input("y", shape, dtype)
+    m = (x >= y).astype(dtype) * x
+    b.output(x - m)
+    b.output(b.transpose(m * 0.5, (0, 2, 3, 1) if to_nhwc else (0, 3, 1, 2)))
+    cfg = akgpy.ScheduleConfig(vector_bytes=draw(st.sampled_from([32, 64])),
+                               l2_bytes=draw(st.sampled_from([16 << 10, 1 << 20])),
+                               stream_min_bytes=1 << 10 if stream else 0, stream_share=0.0)
+    return b.build(), cfg
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          derandomize="AKGPY_FUZZ_EXAMPLES" not in os.environ)
+@given(case=transposed_products(), seed=st.integers(0, 2 ** 16))
+def test_random_transposed_products_match_reference(case, seed: int):
+    g, cfg = case
+    prog = akgpy.fuse(g, schedule="poly", config=cfg)
+    assert "schedule path: poly/" in prog.explain(), g.describe()
+    bad = check_program(g, prog, seed=seed)
+    assert not bad, f"{g.describe()} {cfg}\n" + "\n".join(map(str, bad))

@@ -99,14 +99,13 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-# a transpose tile side this long (in elements) is long enough: past it the widest row wins.
-# yolo ~4991 ran 52 x 8 in 8.5 ms, 26 x 16 in 9.0 (float16, interleaved)
+# a transpose tile side this long (in elements) is long enough: past it the larger tile wins
 SHORT_SIDE = 8
 LINE_BYTES = 64
 
 
 def _best_width(widths, lanes, rows, ext, line):
-    """(W, R, sizes) for `widths` widest first, R as many rows as TRANSPOSE_REGISTERS hold.
+    """(W, R, sizes) for one of `widths`, R as many rows as TRANSPOSE_REGISTERS hold.
     First, where the output streams (`line` > 1: elements per cache line), a tile whose stores
     fill whole lines (R a multiple of `line`, or the rows whole so that the tile's output is one
     block): partial-line stores cannot stream and read each line before writing it. For that
@@ -114,8 +113,11 @@ def _best_width(widths, lanes, rows, ext, line):
     `line` rows, and a power-of-two row wins (one load; 13 lanes are 8 + 4 + 1). NCHW -> NHWC
     float16 [32, 256, 52, 52], streamed (interleaved): after an elementwise producer (yolo
     ~4991) 52 x 8 tiles 9.0 ms, 13 x 32 6.4, 4 x 32 6.0; alone 52 x 8 5.5, 13 x 32 6.5,
-    4 x 32 2.9. Then the widest unless a narrower one makes the tile's shorter side longer, up
-    to SHORT_SIDE, then the larger tile (max keeps the first)."""
+    4 x 32 2.9. Then the tile whose shorter side is longer, up to SHORT_SIDE, then the larger
+    tile, then the one with more rows: each of the W stores writes R contiguous elements, and
+    longer pieces cost fewer partial lines (26 x 16 against 52 x 8, not streamed, Zen 4,
+    interleaved: 17 NCHW -> NHWC shapes, float16/32, alone 0.73-0.98x, after an elementwise
+    producer 0.90-1.02x; on Zen 5 yolo ~4991, producer-fed, had gone 8.5 -> 9.0 ms)."""
     def whole(R, sizes):
         return R % line == 0 or all(sizes[d] == ext[d] for d in rows)
     tiles = []
@@ -127,7 +129,7 @@ def _best_width(widths, lanes, rows, ext, line):
                 tiles.append(t)
     def rank(t):
         w = whole(t[1], t[2])
-        return w, w and line > 1 and t[0] == _pow2_at_least(t[0]), min(t[0], t[1], SHORT_SIDE), t[0] * t[1]
+        return w, w and line > 1 and t[0] == _pow2_at_least(t[0]), min(t[0], t[1], SHORT_SIDE), t[0] * t[1], t[1]
     return max(tiles, key=rank)
 
 

@@ -1078,17 +1078,22 @@ def _compacted_allocs(prog) -> list[str]:
     return re.findall(r"T.sblock_alloc_buffer\(\(([^)]*)\)", mod.script())
 
 
+def _transposed_product(shape):
+    """yolo's `(x >= y) * x` beside `x - that` and `that * 0.1` NCHW -> NHWC, float16."""
+    b = GraphBuilder("transposed_product")
+    x, y = b.input("x", shape, "float16"), b.input("y", shape, "float16")
+    m = (x >= y).astype("float16") * x
+    b.output(x - m)
+    b.output(b.transpose(m * 0.1, (0, 2, 3, 1)))
+    return b.build()
+
+
 def test_a_transpose_and_its_producer_share_the_transposed_dim_in_blocks():
     """yolo ~4991's pattern: the producer computes along w, the transpose writes along c. The
     shared loops end above c, so one batch's whole [c, h, w] intermediate was written before the
     transpose read it (1.4 MB there, past L2). Blocked in c, the intermediate of a block fits
     half of L2 and is read back from it; the block is a multiple of the transpose's tile rows."""
-    b = GraphBuilder("transpose_blocks")
-    x, y = b.input("x", (2, 256, 26, 26), "float16"), b.input("y", (2, 256, 26, 26), "float16")
-    m = (x >= y).astype("float16") * x
-    b.output(x - m)
-    b.output(b.transpose(m * 0.1, (0, 2, 3, 1)))
-    g = b.build()
+    g = _transposed_product((2, 256, 26, 26))
     prog = akgpy.fuse(g, config=WIDE.replace(l2_bytes=256 << 10))
     text = prog.explain()
     got = re.search(r"the transposed dim \(i1 of \w+, 256\) shared in blocks of (\d+)", text)
@@ -1133,12 +1138,7 @@ def test_transpose_blocks_with_a_batch_of_one_run_one_parallel_loop():
     """With a batch of one isl keeps no shared loop but the block one, which then takes the
     thread pool; the statements' own loops below it stay serial (a nested parallel loop is an
     LLVM codegen error in TVM's thread pool)."""
-    b = GraphBuilder("transpose_blocks_n1")
-    x, y = b.input("x", (1, 256, 13, 13), "float16"), b.input("y", (1, 256, 13, 13), "float16")
-    m = (x >= y).astype("float16") * x
-    b.output(x - m)
-    b.output(b.transpose(m * 0.5, (0, 2, 3, 1)))
-    g = b.build()
+    g = _transposed_product((1, 256, 13, 13))
     prog = akgpy.fuse(g, config=WIDE)
     text = prog.explain()
     assert re.search(r"parallel: part 0: member 0 \(floor\(\(i1\) / \d+\)", text), text[:3000]

@@ -87,6 +87,11 @@ def pow2_lanes(ext: int, lanes: int) -> int:
     return p
 
 
+def pow2_at_least(n: int) -> int:
+    """The smallest power of two >= n (the lanes a vector of n elements is padded to)."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
 def big_accesses(s: Statement) -> list[isl.Map]:
     """Accesses to arrays at least half the size of the statement's largest: broadcast operands
     are small and stay in cache whatever the loop order, so they never ask for tiling."""

@@ -6,7 +6,7 @@ import math
 
 import islpy as isl
 
-from .access import big_accesses, extents, pow2_lanes, stride1_dim, write_order
+from .access import big_accesses, extents, pow2_at_least, pow2_lanes, stride1_dim, write_order
 from .isl_util import maps_of
 
 
@@ -76,12 +76,17 @@ def transpose_plan(s, names, coincident, opts):
     # the tile's shorter side is the length of its vector loads or stores: a narrower width
     # that divides the row may leave registers for more rows (yolo [32, 255, 52, 52] float16
     # -> NHWC: 52 x 5 stored 10-byte pieces, 26 x 15 stores 30 bytes)
-    out_bits = opts.array_bits.get(writes[0].get_tuple_name(isl.dim_type.out), 32)
-    line = LINE_BYTES * 8 // out_bits if opts.streams else 1  # elements per line, where whole lines matter
+    line = line_elements(s, opts) if opts.streams else 1  # where whole lines matter
     W, R, sizes = _best_width(widths, lanes, rows, ext, line)
     if R < 2:
         return None
     return r, rows, W, R, {r: W, **sizes}
+
+
+def line_elements(s, opts) -> int:
+    """Elements of the statement's widest written array in one cache line."""
+    bits = max(opts.array_bits.get(m.get_tuple_name(isl.dim_type.out), 32) for m in maps_of(s.writes))
+    return LINE_BYTES * 8 // bits
 
 
 def _rows_for(W, budget, rows, ext):
@@ -93,10 +98,6 @@ def _rows_for(W, budget, rows, ext):
         if t < ext[d]:
             break
     return R, {d: sizes.get(d, 1) for d in rows}
-
-
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
 
 
 # a transpose tile side this long (in elements) is long enough: past it the larger tile wins
@@ -123,13 +124,15 @@ def _best_width(widths, lanes, rows, ext, line):
     tiles = []
     for w in widths:
         tiles.append((w, *_rows_for(w, TRANSPOSE_REGISTERS // -(-w // lanes), rows, ext)))
-        if line > 1 and _pow2_at_least(w) * line <= TRANSPOSE_REGISTERS * lanes:
+        if line > 1 and pow2_at_least(w) * line <= TRANSPOSE_REGISTERS * lanes:
             t = (w, *_rows_for(w, line, rows, ext))
             if whole(*t[1:]):
                 tiles.append(t)
+
     def rank(t):
         w = whole(t[1], t[2])
-        return w, w and line > 1 and t[0] == _pow2_at_least(t[0]), min(t[0], t[1], SHORT_SIDE), t[0] * t[1], t[1]
+        one_load = w and line > 1 and t[0] == pow2_at_least(t[0])
+        return w, one_load, min(t[0], t[1], SHORT_SIDE), t[0] * t[1], t[1]
     return max(tiles, key=rank)
 
 

@@ -45,7 +45,7 @@ from .access import array_size, big_accesses, extents, pow2_lanes, single_dim, s
 from .isl_util import maps_of, sets_of
 from .parts import Merged, member_dims, merge_parts
 from .model import PolyModel, Statement
-from .tiles import LINE_BYTES, cache_tile, register_transpose_tile, transpose_plan, vector_tile
+from .tiles import cache_tile, line_elements, register_transpose_tile, transpose_plan, vector_tile
 
 _T = isl.schedule_node_type
 PARALLEL, VECTOR, TRANSPOSE = "parallel", "vector", "transpose"
@@ -436,7 +436,7 @@ def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced, outer
     ctx = model.ctx
     outer = outer or {}
     names = [s.name for s in stmts]
-    keep, consts, block = 0, [], None
+    keep, consts, clashed, block = 0, [], None, None
     if band is not None:
         mupa = band.band_get_partial_schedule()
         facts = {s.name: (stride1_dims(s)[0], extents(s)) for s in stmts}
@@ -472,7 +472,7 @@ def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced, outer
         if len(clash) > 1:
             notes.append(f"fusion: {where}: isl band members {clash} are stride-1 dims of different statements; "
                          f"the band ends above member {clash[0]} and each statement runs its own order below it")
-            block = (clash[0], {n: d for n, (d, _) in consts[clash[0]].items()})
+            clashed = {n: d for n, (d, _) in consts[clash[0]].items()}  # each statement's dim there
             keep, consts = clash[0], consts[:clash[0]]
         for q in range(keep):
             strided = [n for n in names if consts[q][n][0] == facts[n][0]
@@ -481,11 +481,11 @@ def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced, outer
                 notes.append(f"fusion: {where}: isl band member {q} not kept (it is the stride-1 dim of "
                              f"{strided[0]}'s largest array and {strided[0]} has loops inside it; outside "
                              "them every access would stride); the rest runs as a sequence in program order")
-                keep, consts, block = q, consts[:q], None
+                keep, consts, clashed = q, consts[:q], None
                 break
     pinned = {s.name: {consts[q][s.name][0] for q in range(keep)} | outer.get(s.name, set()) for s in stmts}
-    if block is not None:
-        block = _transpose_block(model, stmts, block[1], pinned, opts, notes, where)
+    if clashed is not None:
+        block = _transpose_block(model, stmts, clashed, pinned, opts, notes, where)
     if keep or block:
         exprs = {s.name: [s.dims[consts[q][s.name][0]] for q in range(keep)] for s in stmts}
         coincident = [bool(band.band_member_get_coincident(q)) for q in range(keep)]
@@ -557,15 +557,14 @@ def _transpose_block(model, stmts, dims: dict[str, int], pinned, opts, notes, wh
             if plan is None or d not in plan[-1]:
                 return None
             quantum = lcm(quantum, plan[-1][d])
-            line = max(line, LINE_BYTES * 8 // max(opts.array_bits.get(a, 32) for a in _arrays(s.writes)))
+            line = max(line, line_elements(s, opts))
             continue
         quantum = lcm(quantum, opts.lanes.get(s.name, 1) // gcd(opts.lanes.get(s.name, 1), inner))
         for a in _arrays(s.writes) - set(opts.shapes):  # intermediates (outputs are not read back)
             footprint += inner * opts.array_bits.get(a, 32) // 8
-    blocks = [b for b in range(1, E) if E % b == 0 and b % quantum == 0 and b >= line]
-    if not footprint or not blocks or blocks[0] * footprint > opts.l2_bytes // 2:
+    B = next((b for b in range(max(quantum, line), E) if E % b == 0 and b % quantum == 0), None)
+    if not footprint or B is None or B * footprint > opts.l2_bytes // 2:
         return None
-    B = blocks[0]
     notes.append(f"fusion: {where}: the transposed dim ({stmts[0].dims[dims[stmts[0].name]]} of {stmts[0].name}, "
                  f"{E}) shared in blocks of {B}: the producer's intermediate per block "
                  f"({B * footprint} bytes) stays in L2 ({opts.l2_bytes} bytes) for the transpose")

@@ -162,5 +162,6 @@ def default_config(target=None) -> ScheduleConfig:
         tgt, native_fp16 = None, False
     chains = NATIVE_FP16_CHAIN_REGISTERS if native_fp16 else ScheduleConfig.chain_registers
     return ScheduleConfig(vector_bytes=vector_bytes, stream_min_bytes=2 * host_llc_bytes()[0],
-                          l2_bytes=host_l2_bytes(), narrow_transpose_bytes=_narrow_transpose_bytes(tgt), prefetch_bytes=PREFETCH_BYTES,
-                          chain_registers=chains, **STREAM_POLICY_BY_CPU.get(_mcpu(tgt), {}))
+                          l2_bytes=host_l2_bytes(), narrow_transpose_bytes=_narrow_transpose_bytes(tgt),
+                          prefetch_bytes=PREFETCH_BYTES, chain_registers=chains,
+                          **STREAM_POLICY_BY_CPU.get(_mcpu(tgt), {}))

@@ -342,8 +342,10 @@ def _tree_options(func, model, cfg: ScheduleConfig, streams: bool = False) -> Tr
         if buf in params:
             shapes[isl_name] = params[buf]
     lanes, partials = {}, _lane_partials(blocks)
+    bits_of = {a: bits.get(b, 32) for a, b in model.arrays.items()}  # isl array -> element bits
+
     def array_bits(m) -> int:
-        return bits.get(model.arrays.get(m.get_tuple_name(isl.dim_type.out), ""), 32)
+        return bits_of.get(m.get_tuple_name(isl.dim_type.out), 32)
 
     for s in model.statements:
         wide = max(map(array_bits, maps_of(s.writes)), default=32)
@@ -387,7 +389,7 @@ def _tree_options(func, model, cfg: ScheduleConfig, streams: bool = False) -> Tr
                        l1_bytes=cfg.l1_bytes, l2_bytes=cfg.l2_bytes, stride1_innermost=cfg.stride1_innermost,
                        fusion_depth=cfg.fusion_depth, parallel=cfg.parallel, min_parallel=cfg.min_parallel,
                        min_parallel_work=cfg.min_parallel_work, input_fusion=cfg.input_fusion, shapes=shapes,
-                       array_bits={a: bits.get(b, 32) for a, b in model.arrays.items()}, streams=streams)
+                       array_bits=bits_of, streams=streams)
 
 
 def _block_names(sch) -> list[str]:

@@ -74,8 +74,8 @@ def mark_stream_outputs(mod, low: Lowered, cfg: ScheduleConfig):
     if not chosen:
         return mod, f"streaming stores: none ({why})"
     (gv, func), = list(mod.functions_items())
-    outputs = {str(v.data): [p.tensor, _bytes(p)] for v, p in zip(func.params, low.params)
-               if any(p is c for c in chosen)}
+    chosen_ids = {id(p) for p in chosen}
+    outputs = {str(v.data): [p.tensor, _bytes(p)] for v, p in zip(func.params, low.params) if id(p) in chosen_ids}
     moved = sum(_bytes(p) for p in low.params)
     func = func.with_attr(ATTR, {**outputs, **_views(func, outputs)}).with_attr(SHARE_ATTR, float(cfg.stream_share))
     mod = mod.__class__({gv: func})

@@ -22,6 +22,8 @@ import tvm_ffi
 from tvm import ir, s_tir, tirx
 from tvm.sym import detect_linear_equation
 
+from ..poly.access import pow2_at_least
+
 
 def _substitute(expr, mapping: dict):
     return tvm_ffi.structural_mutate(expr, [(tirx.Var, lambda v, mut: mapping.get(v, v))])
@@ -156,10 +158,6 @@ def register_transpose(nest, flat_view, analyzer):
     return tirx.SeqStmt(binds + [_store(buf, idx, cells, sources) for buf, idx, cells in stores])
 
 
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
-
-
 def _network(vs, W, R, dtype):
     """The tile's R rows of W lanes transposed by rounds of two-register interleaves (each an
     LLVM shufflevector of two vectors: one vpermt2/unpck on x86). A single shuffle of all R rows
@@ -188,7 +186,7 @@ def _rounds(vs, rows, W, dtype, binds):
     """{(row, element): ([register], lane)} after log2(len(rows)) interleave rounds over `rows`
     (a power of two of them), binding each round's registers in `binds`."""
     P = len(rows)
-    Wp = max(_pow2_at_least(W), P)
+    Wp = max(pow2_at_least(W), P)
     cur, tag = [], f"{rows[0]}_"
     order = [int(f"{i:0{P.bit_length() - 1}b}"[::-1], 2) for i in range(P)]
     for i, k in enumerate(order):  # rows come out of the rounds in order when they go in bit-reversed

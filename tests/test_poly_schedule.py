@@ -1129,6 +1129,24 @@ def test_a_streamed_transpose_stores_whole_cache_lines():
     assert not check_program(g, cached) and not check_program(g, streamed)
 
 
+def test_a_streamed_narrow_transpose_widens_its_registers_to_whole_lines():
+    """Narrow registers (16 bytes, ScheduleConfig.narrow_transpose_bytes) give [.., 9, 512] ->
+    [.., 512, 9] float16 tiles of 8 x 9, whose 144-byte blocks are not whole lines; where the
+    output streams, the tile takes full-width registers instead (32 x 9: nine whole lines)."""
+    b = GraphBuilder("transpose_rows_of_nine")
+    x = b.input("x", (128, 3, 3, 512), "float16")  # 1.2 MB: outputs of 1 MiB or more stream
+    b.output(b.transpose(x, (0, 3, 1, 2)))
+    g = b.build()
+    narrow = WIDE.replace(narrow_transpose_bytes=16)
+    cached = akgpy.fuse(g, config=narrow)
+    assert "each tile (8 x 9) is transposed in registers" in cached.explain()
+    streamed = akgpy.fuse(g, config=narrow.replace(stream_min_bytes=1 << 10))
+    text = streamed.explain()
+    assert "each tile (32 x 9) is transposed in registers" in text, text[:3000]
+    assert "streaming stores: candidates" in text
+    assert not check_program(g, cached) and not check_program(g, streamed)
+
+
 def llvm_is_x86() -> bool:
     from akgpy.targets import llvm
     return llvm.is_x86(llvm.host_target())

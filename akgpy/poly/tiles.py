@@ -63,9 +63,29 @@ def transpose_plan(s, names, coincident, opts):
         return None
     rows = [d for d in order[order.index(r) + 1:] if s.dims[d] in names]
     ext = extents(s)
+    line = line_elements(s, opts) if opts.streams else 1  # where whole lines matter
     lanes = opts.lanes.get(s.name, 1)
+    tile = None
     if (narrow := opts.transpose_lanes.get(s.name)) and ext[r] % narrow == 0:
-        lanes = narrow  # narrower registers only where each tile's rows fill them
+        tile = _register_tile(narrow, r, rows, ext, line)  # narrower registers only where each tile's rows fill them
+        # a streamed output needs tiles of whole lines, which a narrow tile may not give: yolo
+        # [.., 3, 3, 512] -> [.., 512, 3, 3] float16 (~1373) 8 x 9 tiles store 144 bytes, 32 x 9
+        # store 9 lines: 6.6 -> 5.3 ms, Zen 4, 2 threads, interleaved; 16 x 9 (288 bytes) 7.5
+        if tile is not None and line > 1 and not _whole(*tile, rows, ext, line):
+            wide = _register_tile(lanes, r, rows, ext, line)
+            tile = wide if wide is not None and _whole(*wide, rows, ext, line) else tile
+    else:
+        tile = _register_tile(lanes, r, rows, ext, line)
+    if tile is None:
+        return None
+    W, R, sizes = tile
+    if R < 2:
+        return None
+    return r, rows, W, R, {r: W, **sizes}
+
+
+def _register_tile(lanes, r, rows, ext, line):
+    """_best_width's (W, R, sizes) for registers of `lanes` elements, or None."""
     W = pow2_lanes(ext[r], lanes)
     widths = [W]
     if W < max(4, lanes // 2):  # else rows that divide the extent, up to two registers (52: LLVM
@@ -76,11 +96,7 @@ def transpose_plan(s, names, coincident, opts):
     # the tile's shorter side is the length of its vector loads or stores: a narrower width
     # that divides the row may leave registers for more rows (yolo [32, 255, 52, 52] float16
     # -> NHWC: 52 x 5 stored 10-byte pieces, 26 x 15 stores 30 bytes)
-    line = line_elements(s, opts) if opts.streams else 1  # where whole lines matter
-    W, R, sizes = _best_width(widths, lanes, rows, ext, line)
-    if R < 2:
-        return None
-    return r, rows, W, R, {r: W, **sizes}
+    return _best_width(widths, lanes, rows, ext, line)
 
 
 def line_elements(s, opts) -> int:
@@ -100,6 +116,12 @@ def _rows_for(W, budget, rows, ext):
     return R, {d: sizes.get(d, 1) for d in rows}
 
 
+def _whole(W, R, sizes, rows, ext, line) -> bool:
+    """The tile's stores fill whole lines: each of its W pieces is whole lines, or its rows
+    are whole (the tile's output is one block of W x R elements) and so is the block."""
+    return R % line == 0 or (all(sizes[d] == ext[d] for d in rows) and W * R % line == 0)
+
+
 # a transpose tile side this long (in elements) is long enough: past it the larger tile wins
 SHORT_SIDE = 8
 LINE_BYTES = 64
@@ -108,8 +130,8 @@ LINE_BYTES = 64
 def _best_width(widths, lanes, rows, ext, line):
     """(W, R, sizes) for one of `widths`, R as many rows as TRANSPOSE_REGISTERS hold.
     First, where the output streams (`line` > 1: elements per cache line), a tile whose stores
-    fill whole lines (R a multiple of `line`, or the rows whole so that the tile's output is one
-    block): partial-line stores cannot stream and read each line before writing it. For that
+    fill whole lines (`_whole`): partial-line stores cannot stream and read each line before
+    writing it. For that
     a row narrower than a register may count as part of one (13 float16 are 26 bytes), up to
     `line` rows, and a power-of-two row wins (one load; 13 lanes are 8 + 4 + 1). NCHW -> NHWC
     float16 [32, 256, 52, 52], streamed (interleaved): after an elementwise producer (yolo
@@ -119,18 +141,16 @@ def _best_width(widths, lanes, rows, ext, line):
     longer pieces cost fewer partial lines (26 x 16 against 52 x 8, not streamed, Zen 4,
     interleaved: 17 NCHW -> NHWC shapes, float16/32, alone 0.73-0.98x, after an elementwise
     producer 0.90-1.02x; on Zen 5 yolo ~4991, producer-fed, had gone 8.5 -> 9.0 ms)."""
-    def whole(R, sizes):
-        return R % line == 0 or all(sizes[d] == ext[d] for d in rows)
     tiles = []
     for w in widths:
         tiles.append((w, *_rows_for(w, TRANSPOSE_REGISTERS // -(-w // lanes), rows, ext)))
         if line > 1 and pow2_at_least(w) * line <= TRANSPOSE_REGISTERS * lanes:
             t = (w, *_rows_for(w, line, rows, ext))
-            if whole(*t[1:]):
+            if _whole(*t, rows, ext, line):
                 tiles.append(t)
 
     def rank(t):
-        w = whole(t[1], t[2])
+        w = _whole(*t, rows, ext, line)
         one_load = w and line > 1 and t[0] == pow2_at_least(t[0])
         return w, one_load, min(t[0], t[1], SHORT_SIDE), t[0] * t[1], t[1]
     return max(tiles, key=rank)

@@ -38,7 +38,7 @@ class ScheduleConfig:
     chain_registers: int = 4  # default_config: NATIVE_FP16_CHAIN_REGISTERS where float16 ops are native
     # float32 vector registers per op for vector math (te/fastmath.py's exp/log/tanh; each element
     # is a chain of ~40 dependent ops, and with one register per op too few chains fit the core's
-    # out-of-order window): an elementwise statement's vector (schedule/poly.WIDE_MATH_INSTANCES
+    # out-of-order window): an elementwise statement's vector (schedule/kept.WIDE_MATH_INSTANCES
     # instances or more), and the most registers one step of a row sum's partials covers
     math_registers: int = 4
     # the most float32 registers of vector math one step of a sum's partials covers when they

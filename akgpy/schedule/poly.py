@@ -22,8 +22,7 @@ from math import prod
 from typing import Callable
 
 import islpy as isl
-from tvm import ir, s_tir, tirx
-from tvm_ffi import structural_walk
+from tvm import ir, s_tir
 
 from ..errors import AkgpyError
 from ..poly import IllegalSchedule, compute_schedule_bounded, dependences, describe, extract
@@ -35,6 +34,7 @@ from ..te.builders import LANE_PARTIALS
 from ..te.lower import Lowered
 from .config import ScheduleConfig, default_config
 from .isl_ast import realize
+from .kept import WIDE_MATH_INSTANCES, blocks_of, kept_blocks, roundings
 from .plain import inline_injective, plain_schedule, tvm_dtype_bits
 from .prepass import rfactor_rows, uses_vector_math, wide_partials
 from .stream import stream_candidates
@@ -83,7 +83,7 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
             scalar = _scalar_math_statements(func, model, final)
             if scalar is not None:
                 libm_func, *_ = _prepass(relower(), cfg)
-                if list(_blocks(libm_func)) == list(_blocks(func)):
+                if list(blocks_of(libm_func)) == list(blocks_of(func)):
                     func = libm_func
                     math_note = (f"float32 exp/log/tanh: libm (no statement using them is vectorised: "
                                  f"{', '.join(scalar)}; polynomials pay off only in vector loops)")
@@ -151,143 +151,16 @@ def _prepass(low: Lowered, cfg: ScheduleConfig):
     """(func after inlining and row rfactor, inlined block names, rfactored block names)."""
     sch = s_tir.Schedule(low.func)
     before = _block_names(sch)
-    shared = _shared_math(low.func, low.roles, max(cfg.vector_bytes // 4, 1))
-    left = inline_injective(sch, low, keep=_transpose_sources(low.func) | shared)
+    left = inline_injective(sch, low, keep=kept_blocks(low.func, low.roles, max(cfg.vector_bytes // 4, 1)))
     inlined = [n for n in before if n not in set(left)]
     rfactored = rfactor_rows(sch, left, low.roles, cfg)
     return sch.mod["main"], inlined, rfactored
 
 
-# ops that only move or convert data: inlined into a transpose, they cost no math
-MOVES_ONLY = ("Reshape", "Transpose", "PadAkg", "UnPadAkg", "BroadcastTo", "Cast")
-
-
-def _transpose_sources(func) -> set[str]:
-    """Elementwise blocks that feed a Transpose and compute something (more than a copy or a
-    cast of an input). Inlined, their math would run in the transposed order: scalar, with
-    every operand gathered across its stride-1 dim. Kept, they are statements of their own
-    that the tree passes run vectorised in their natural order, next to the transpose. Only
-    those whose value varies along their innermost dim (`_varies`): a broadcast has nothing to
-    vectorise there."""
-    blocks = _blocks(func)
-    writer = {b.writes[0].source.name: n for n, b in blocks.items() if b.writes}
-    out = set()
-    for name, b in blocks.items():
-        if not name.startswith("Transpose_"):
-            continue
-        last = b.iter_vars[-1].var if b.iter_vars else None
-        mine = []
-        structural_walk(b.body, [(ir.TensorLoad, mine.append)])
-        for r in b.reads:
-            src = writer.get(r.source.name)
-            # a cast between the math and the transpose moves nothing: look through it
-            while src is not None and src.split("_")[0] == "Cast" and len(blocks[src].reads) == 1:
-                src = writer.get(blocks[src].reads[0].source.name)
-            if src is None or src.split("_")[0] in MOVES_ONLY:
-                continue
-            # only when the transpose moves the innermost dim: otherwise the inlined read is
-            # contiguous already (and a kept statement would share the vector loop with it:
-            # correct since isl_ast._Gen.vector_loops distributes such loops, but no faster)
-            if any(ld.source.same_as(r.source) and ld.indices and last is not None and ld.indices[-1].same_as(last)
-                   for ld in mine):
-                continue
-            loads = []
-            structural_walk(blocks[src].body, [(ir.TensorLoad, loads.append)])
-            read = {ld.source.name for ld in loads}
-            # combines operands, or ends a chain. A broadcast along its innermost dim is inlined:
-            # kept, it would be written out whole with short vectors and gathered back, while
-            # the transpose's loop order reads its operand contiguously (resnet x[n, c] / 49 ->
-            # [n, 7, 7, c]: 1.74 ms kept, 0.11 inlined, as plain)
-            if (len(read) >= 2 or read & set(writer)) and _varies(blocks, writer, src, -1, {}):
-                out.add(src)
-    return out
-
-
-def _shared_math(func, roles: dict[str, str], lanes: int) -> set[str]:
-    """Elementwise blocks computing vector math (te/fastmath.py's exp/log/tanh) that inlining
-    would evaluate twice or more per element (read by several consumers, directly or through
-    other inlined blocks), one of whose uses reduces along its row (`_row_read`). Kept, each
-    element's math runs once and its consumers read it back while it is cached (the buffer
-    becomes row-sized once they share the row's loop): softmax over [8192, 1000], whose exp fed
-    both the sum and the division, 3.60 -> 2.31 ms. Only for rows of a register or more (kept,
-    the block vectorises on its own: yolo's [.., 3, 2] tails vectorise only coalesced with their
-    consumers, ~3153-like 0.20 -> 1.0 ms kept) and WIDE_MATH_INSTANCES elements or more (as for
-    math_registers: [32, 1001] 35 -> 40-49 us kept)."""
-    blocks = {n: b for n, b in _blocks(func).items() if b.writes}  # not the root, which holds them all
-    writer = {b.writes[0].source.name: n for n, b in blocks.items()}
-    readers: dict[str, list[tuple[str, object]]] = {n: [] for n in blocks}  # (reader, its load)
-    for name, b in blocks.items():
-        loads = []
-        structural_walk(b.body, [(ir.TensorLoad, loads.append)])
-        for ld in loads:  # once per load: e * e evaluates e twice
-            if writer.get(ld.source.name, name) != name:
-                readers[writer[ld.source.name]].append((name, ld))
-    outputs = {p.name for p in func.params}  # kernel arguments (their handles bear the buffers' names)
-    inlined = {n for n, b in blocks.items() if roles.get(n) == "elemwise" and b.writes[0].source.name not in outputs}
-    uses: dict[str, int] = {}
-    for name in reversed(list(blocks)):  # consumers come after their producers
-        uses[name] = sum(uses[r] if r in inlined else 1 for r, _ in readers[name])
-
-    def row_reduced(name) -> bool:  # through inlined elementwise blocks (a Cast); a DAG: no cycles
-        return any(_row_read(blocks[r], ld) if roles.get(r) == "reduce" else r in inlined and row_reduced(r)
-                   for r, ld in readers[name])
-    out = set()
-    for n, b in blocks.items():
-        shape = [int(e) for e in b.writes[0].source.shape]
-        if roles.get(n) == "elemwise" and shape and shape[-1] >= lanes and prod(shape) >= WIDE_MATH_INSTANCES \
-                and uses[n] >= 2 and uses_vector_math(b) and row_reduced(n):
-            out.add(n)
-    return out
-
-
-def _row_read(block, load) -> bool:
-    """Does reduction `block` make `load` along its last dim with a reduced iterator (a row sum
-    of it, as softmax's)? Only then is keeping a shared math block a sure gain: its row is
-    written and read back while cached. Kept beside elementwise consumers alone, a block could
-    cost their coalesced vector loop (yolo ~6853: [.., 3, 2] tails, 0.46 -> 14.8 ms scalar)."""
-    if not load.indices:
-        return False
-    reduced = [iv.var for iv in block.iter_vars if int(iv.iter_type) == 2]
-    used = []
-    structural_walk(load.indices[-1], [(tirx.Var, used.append)])
-    return any(u.same_as(v) for u in used for v in reduced)
-
-
-def _varies(blocks, writer, name, pos, seen) -> bool:
-    """Whether block `name`'s value depends on its iter var at `pos`, through the blocks it reads.
-    Yes for any use of the var but as a whole index of an intermediate (a kernel argument indexed
-    by it, an index expression, a OneHot's `j == idx`), else as that intermediate says."""
-    b = blocks[name]
-    if not b.iter_vars or not isinstance(b.body, tirx.BufferStore):
-        return True
-    key = (name, pos % len(b.iter_vars))
-    if key in seen:
-        return seen[key]
-    seen[key] = True  # a cycle cannot happen in a dataflow graph; be conservative anyway
-    var, value = b.iter_vars[key[1]].var, b.body.value
-    uses, loads = [], []
-    structural_walk(value, [(tirx.Var, lambda v: uses.append(v) if v.same_as(var) else None),
-                            (ir.TensorLoad, loads.append)])
-    passed = [(writer[ld.source.name], k) for ld in loads if ld.source.name in writer
-              for k, ix in enumerate(ld.indices) if ix.same_as(var)]  # handed on to a producer
-    seen[key] = len(uses) > len(passed) or any(_varies(blocks, writer, src, k, seen) for src, k in passed)
-    return seen[key]
-
-
-def _blocks(func) -> dict:
-    """name -> SBlock of every block in `func`, in program order."""
-    out = {}
-
-    def keep(b) -> None:
-        out.setdefault(b.name_hint, b)
-    structural_walk(func.body, [(s_tir.SBlock, keep)])
-    return out
-
-
 def _scalar_math_statements(func, model, schedule: isl.Schedule) -> list[str] | None:
     """Statements computing vector math (te/fastmath.py's lets) when none of them sits under a
     vector mark; None when there are none, or some are vectorised."""
-    blocks = _blocks(func)
+    blocks = blocks_of(func)
     math = {st.name for st in model.statements if st.block in blocks and uses_vector_math(blocks[st.block])}
     if not math:
         return None
@@ -313,27 +186,9 @@ CHAIN_ROUNDINGS = 6
 LINE_BITS, COLUMN_REGISTERS = 1024, 16
 
 
-# an elementwise statement computing vector math this many times or more runs math_registers
-# registers per op: [4096, 256] and [8192, 1024] softplus 1.41x and 1.46x faster (2 threads), but
-# a [16, 768] tanh (12288 elements, 6 us) 14% slower: with LLVM's unroll the wider loop body is
-# 4x the code, fetched cold each call
-WIDE_MATH_INSTANCES = 1 << 16
-
-
-def _roundings(block) -> int:
-    """float32 -> float16/bfloat16 casts in the block's (inlined) body."""
-    n = [0]
-
-    def cast(c) -> None:
-        if str(c.ty) in ("float16", "bfloat16") and str(c.value.ty) == "float32":
-            n[0] += 1
-    structural_walk(block.body, [(tirx.Cast, cast)])
-    return n[0]
-
-
 def _tree_options(func, model, cfg: ScheduleConfig, streams: bool = False) -> TreeOptions:
     bits, shapes = {}, {}
-    blocks = _blocks(func)
+    blocks = blocks_of(func)
     allocs = [buf for b in blocks.values() for buf in b.alloc_buffers]
     for buf in [p for p in func.params if hasattr(p, "dtype") and hasattr(p, "shape")] + allocs:
         bits[buf.name] = tvm_dtype_bits(buf.dtype)
@@ -371,7 +226,7 @@ def _tree_options(func, model, cfg: ScheduleConfig, streams: bool = False) -> Tr
     for s in model.statements:
         if s.kind != "compute" or s.block not in blocks:
             continue
-        if _roundings(blocks[s.block]) >= CHAIN_ROUNDINGS and cfg.chain_registers > 1:
+        if roundings(blocks[s.block]) >= CHAIN_ROUNDINGS and cfg.chain_registers > 1:
             registers[s.name], chains[s.name] = cfg.chain_registers, "a latency-bound chain of float16 roundings"
         if cfg.math_registers > registers.get(s.name, 1) and uses_vector_math(blocks[s.block]) \
                 and prod(extents(s)) >= WIDE_MATH_INSTANCES:

@@ -1138,40 +1138,28 @@ def test_a_transpose_and_its_producer_share_the_transposed_dim_in_blocks():
     assert not check_program(g, whole)
 
 
-def test_a_streamed_transpose_stores_whole_cache_lines():
+@pytest.mark.parametrize("shape,perm,narrow,cached_tile,streamed_tile", [
+    ((4, 256, 26, 26), (0, 2, 3, 1), 0, "26 x 16", "13 x 32"),
+    ((128, 3, 3, 512), (0, 3, 1, 2), 16, "8 x 9", "32 x 9")])
+def test_a_streamed_transpose_stores_whole_cache_lines(shape, perm, narrow, cached_tile, streamed_tile):
     """Streamed (non-temporal) stores must fill whole lines, and a line read before a partial
-    write costs a read: where the output streams, a tile writes whole lines (32 float16 rows
-    from 13-element reads) instead of the 26 x 16 it takes when the output stays cached."""
+    write costs a read: where the output streams, a tile writes whole lines. NCHW -> NHWC:
+    32 float16 rows from 13-element reads instead of the 26 x 16 it takes when the output stays
+    cached. [.., 9, 512] -> [.., 512, 9] with narrow (16-byte) registers: 8 x 9 tiles write
+    144-byte blocks, so the streamed tile takes full-width registers (32 x 9: nine lines)."""
     b = GraphBuilder("transpose_lines")
-    x = b.input("x", (4, 256, 26, 26), "float16")
-    b.output(b.transpose(x, (0, 2, 3, 1)))
+    x = b.input("x", shape, "float16")  # over 1 MiB: outputs of 1 MiB or more stream
+    b.output(b.transpose(x, perm))
     g = b.build()
-    cached = akgpy.fuse(g, config=WIDE)
-    assert "each tile (26 x 16) is transposed in registers" in cached.explain()
-    streamed = akgpy.fuse(g, config=WIDE.replace(stream_min_bytes=1 << 20))
+    cfg = WIDE.replace(narrow_transpose_bytes=narrow)
+    cached = akgpy.fuse(g, config=cfg)
+    assert f"each tile ({cached_tile}) is transposed in registers" in cached.explain()
+    streamed = akgpy.fuse(g, config=cfg.replace(stream_min_bytes=1 << 10))
     text = streamed.explain()
-    assert "each tile (13 x 32) is transposed in registers" in text, text[:3000]
+    assert f"each tile ({streamed_tile}) is transposed in registers" in text, text[:3000]
     assert "streaming stores: candidates" in text
     if llvm_is_x86():
         assert streamed.kernels[0].source.count("!nontemporal") > 0
-    assert not check_program(g, cached) and not check_program(g, streamed)
-
-
-def test_a_streamed_narrow_transpose_widens_its_registers_to_whole_lines():
-    """Narrow registers (16 bytes, ScheduleConfig.narrow_transpose_bytes) give [.., 9, 512] ->
-    [.., 512, 9] float16 tiles of 8 x 9, whose 144-byte blocks are not whole lines; where the
-    output streams, the tile takes full-width registers instead (32 x 9: nine whole lines)."""
-    b = GraphBuilder("transpose_rows_of_nine")
-    x = b.input("x", (128, 3, 3, 512), "float16")  # 1.2 MB: outputs of 1 MiB or more stream
-    b.output(b.transpose(x, (0, 3, 1, 2)))
-    g = b.build()
-    narrow = WIDE.replace(narrow_transpose_bytes=16)
-    cached = akgpy.fuse(g, config=narrow)
-    assert "each tile (8 x 9) is transposed in registers" in cached.explain()
-    streamed = akgpy.fuse(g, config=narrow.replace(stream_min_bytes=1 << 10))
-    text = streamed.explain()
-    assert "each tile (32 x 9) is transposed in registers" in text, text[:3000]
-    assert "streaming stores: candidates" in text
     assert not check_program(g, cached) and not check_program(g, streamed)
 
 

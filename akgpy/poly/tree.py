@@ -45,6 +45,7 @@ from .access import array_size, big_accesses, extents, pow2_lanes, single_dim, s
 from .isl_util import maps_of, sets_of
 from .parts import Merged, member_dims, merge_parts
 from .model import PolyModel, Statement
+from .coalesce import coalesce_tail, extent_of
 from .tiles import cache_tile, line_elements, register_transpose_tile, transpose_plan, vector_tile
 
 _T = isl.schedule_node_type
@@ -173,15 +174,6 @@ def _insert_band(node, ctx, stmts, exprs, coincident: list[bool], mark: dict[int
     return node
 
 
-def _extent_of(model: PolyModel, stmts, exprs, q) -> int:
-    ext = 0
-    for s in stmts:
-        text = f"{{ {s.name}[{', '.join(s.dims)}] -> [({exprs[s.name][q]})] }}"
-        r = isl.Map(text, context=model.ctx).intersect_domain(s.domain).range()
-        ext = max(ext, int(r.dim_max_val(0).to_python() - r.dim_min_val(0).to_python() + 1))
-    return ext
-
-
 def _vector_split(model, opts, stmts, exprs, coincident, q, notes, where, isolate=None, tail=None,
                   widen: tuple[int, str] | None = None) -> bool:
     """Split member q (the innermost) into floor(d/L), d mod L when every statement walks its
@@ -195,7 +187,7 @@ def _vector_split(model, opts, stmts, exprs, coincident, q, notes, where, isolat
     lanes = min(opts.lanes.get(s.name, 1) for s in stmts)
     if lanes < 4 or not coincident[q]:
         return False
-    ext = _extent_of(model, stmts, exprs, q)
+    ext = extent_of(model, stmts, exprs, q)
     # a power of two of at least half a register (LLVM splits 26 lanes into 16 + 8 + 2), else
     # a whole register with a remainder loop, else the largest divisor there is
     L, rest = pow2_lanes(ext, lanes), ""
@@ -274,6 +266,11 @@ def _dim_strides(s: Statement, opts: TreeOptions) -> dict[int, int] | None:
     m, shape = max(_argument_reads(s, opts), key=lambda r: array_size(r[0]), default=(None, None))
     if m is None:
         return None
+    return _flat_strides(s, m, shape)
+
+
+def _flat_strides(s: Statement, m: isl.Map, shape) -> dict[int, int] | None:
+    """Each dim's step in the flat offset of access `m` into an array of `shape`, when affine."""
     pma = isl.PwMultiAff.from_map(m)
     flat = None
     for q in range(pma.dim(isl.dim_type.out)):
@@ -327,7 +324,7 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
     elif s.kind == "compute":
         # an elementwise statement below a fusion cut (a transpose's producer) coalesces its
         # contiguous tail like a fused band does; under outer loops its first member may join
-        exprs, coincident, tail = _coalesce_tail(model, [s], exprs, coincident, opts, notes, s.name,
+        exprs, coincident, tail = coalesce_tail(model, [s], exprs, coincident, opts, notes, s.name,
                                                  first=1 if opts.parallel and not pinned else 0)
         last = len(coincident) - 1
     column = not pinned and last > 0 and not coincident[0]
@@ -347,11 +344,11 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
     if split:
         mark[len(coincident) - 1] = VECTOR
     if opts.parallel and not pinned and coincident[0] and 0 not in mark and \
-            _extent_of(model, [s], exprs, 0) >= max(opts.min_parallel, 2) and _work([s]) >= opts.min_parallel_work:
+            extent_of(model, [s], exprs, 0) >= max(opts.min_parallel, 2) and _work([s]) >= opts.min_parallel_work:
         mark[0] = PARALLEL
     if tail is not None:
         tail = (last, tuple(tail[s.name]), tuple(extents(s)[d] for d in tail[s.name]),
-                _extent_of(model, [s], exprs, last + 1) if split else 1)
+                extent_of(model, [s], exprs, last + 1) if split else 1)
     return exprs, coincident, mark, isolate, tail
 
 
@@ -494,7 +491,7 @@ def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced, outer
                          f"({', '.join(stmts[0].dims[consts[q][stmts[0].name][0]] for q in range(keep))} of "
                          f"{stmts[0].name})")
         if keep and opts.stride1_innermost and band.band_get_permutable():
-            exprs, coincident = _stride1_last(stmts, exprs, coincident, pinned, notes, where)
+            exprs, coincident = _stride1_last(stmts, exprs, coincident, pinned, opts, notes, where)
             exprs, coincident = _storage_order(stmts, exprs, coincident, pinned, opts, notes, where)
         if block:  # innermost of the shared loops: the blocks run inside a thread's rows
             for n, e in block.items():
@@ -613,7 +610,7 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
         # tile only the members some array walks with stride 1 (the written array's and the
         # transposed read's); the others stay whole loops outside the tiles
         K = _stride1_members(stmts, exprs) if transposed else list(range(keep))[-len(opts.tile):]
-        exts = [_extent_of(model, stmts, exprs, q) for q in K]
+        exts = [extent_of(model, stmts, exprs, q) for q in K]
         model_sizes = cache_tile(opts, len(K), exts)
         sizes = tuple(min(t, e) for t, e in zip(tuple(opts.tile[:len(K)]) + model_sizes[len(opts.tile):], exts))
         why = "config" if opts.tile else "an array is read across its stride-1 dim; cache model (half of L1)"
@@ -632,7 +629,7 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
     tail = None
     if all_pinned:
         # member 0 stays whole for the thread pool
-        exprs, coincident, tail = _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where,
+        exprs, coincident, tail = coalesce_tail(model, stmts, exprs, coincident, opts, notes, where,
                                                  first=1 if opts.parallel else 0)
     mark = _parallel_mark(model, stmts, exprs, coincident, opts, notes, where)
     last = len(coincident) - 1
@@ -643,70 +640,12 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
     if vector:
         mark[last + 1] = VECTOR
     if tail is not None:
-        lanes = _extent_of(model, stmts, exprs, last + 1) if vector else 1
+        lanes = extent_of(model, stmts, exprs, last + 1) if vector else 1
         for s in stmts:
             exts, dims = extents(s), tail[s.name]
             coalesced[s.name] = Coalesced(leaf.get_schedule_depth() + last, tuple(dims),
                                           tuple(exts[d] for d in dims), lanes)
     return _insert_band(leaf, ctx, stmts, exprs, coincident, mark, isolate)
-
-
-def _coalesce_tail(model, stmts, exprs, coincident, opts, notes, where, first: int):
-    """Trailing members too short to vectorise (a [..., 3, 3] tail) become one linear member
-    9*i2 + 3*i3 + i4 when they are every statement's trailing dims and its written array's
-    trailing indices, so the linear member walks that array with stride 1; members before
-    `first` never join. Returns (exprs, coincident, {statement: coalesced dim indices} or None)."""
-    lanes = min(opts.lanes.get(s.name, 1) for s in stmts)
-    last = len(coincident) - 1
-    if lanes < 4 or last < 1:
-        return exprs, coincident, None
-    ext = _extent_of(model, stmts, exprs, last)
-    if pow2_lanes(ext, lanes) >= max(4, lanes // 2):  # already a good vector
-        return exprs, coincident, None
-    q, total = last, ext
-    while q - 1 >= first and pow2_lanes(total, lanes) < lanes and coincident[q - 1] and \
-            all(_contiguous_tail(s, exprs[s.name][q - 1:]) for s in stmts):
-        q -= 1
-        total *= _extent_of(model, stmts, exprs, q)
-    if q == last or pow2_lanes(total, lanes) <= pow2_lanes(ext, lanes):
-        return exprs, coincident, None
-    new, dims = {}, {}
-    for s in stmts:
-        exts = dict(zip(s.dims, extents(s)))
-        terms, stride = [], 1
-        for d in reversed(exprs[s.name][q:]):
-            terms.append(f"{stride} * {d}")
-            stride *= exts[d]
-        new[s.name] = exprs[s.name][:q] + [" + ".join(reversed(terms))]
-        dims[s.name] = [s.dims.index(d) for d in exprs[s.name][q:]]
-    notes.append(f"order: {where}: members {q}..{last} coalesced into one of {total} iterations "
-                 f"(the innermost had {ext}, no power-of-two vector of half a register)")
-    return new, coincident[:q] + [all(coincident[q:])], dims
-
-
-def _contiguous_tail(s: Statement, dims: list[str]) -> bool:
-    """Are `dims` the statement's trailing dims and its writes' trailing indices, in order, and
-    the trailing indices of each big read that walks the innermost of them with stride 1? A
-    read contiguous along the innermost dim only would become a gather in the linear member
-    (lstm [64, 500, 300] -> [500, 64, 300] ~5129: 16-lane gathers, 1.5x plain's 15-lane loads).
-    Indices, not extents: an access to part of a wider array (an UnPad's [.., 3, 3] of [.., 4, 4])
-    passes and is gathered; the model does not hold array shapes."""
-    if s.dims[-len(dims):] != dims:
-        return False
-    inner = s.dims.index(dims[-1])
-    writes = maps_of(s.writes)
-    written = {m.get_tuple_name(isl.dim_type.out) for m in writes}
-    reads = [m for m in big_accesses(s) if m.get_tuple_name(isl.dim_type.out) not in written]
-    for m in writes + [r for r in reads if stride1_dim(r) == inner]:
-        pma = isl.PwMultiAff.from_map(m)
-        n = pma.dim(isl.dim_type.out)
-        if n < len(dims):
-            return False
-        for k, d in enumerate(dims):
-            hit = single_dim(pma.get_pw_aff(n - len(dims) + k))
-            if hit is None or hit != (s.dims.index(d), 0):
-                return False
-    return True
 
 
 def _has_inner_loops(s: Statement, pinned: dict[str, set[int]]) -> bool:
@@ -756,7 +695,7 @@ def _storage_order(stmts, exprs, coincident, pinned, opts, notes, where):
     return exprs, [coincident[m] for m in order]
 
 
-def _stride1_last(stmts, exprs, coincident, pinned, notes, where):
+def _stride1_last(stmts, exprs, coincident, pinned, opts, notes, where):
     """In a permutable fused band (any member order is legal) move the member that every
     statement with no inner loops walks its largest array along with stride 1 innermost."""
     want = set()
@@ -769,6 +708,14 @@ def _stride1_last(stmts, exprs, coincident, pinned, notes, where):
         want.add(exprs[s.name].index(s.dims[best]))
     if len(want) != 1:
         return exprs, coincident
+    stored = _storage_ranked(stmts, exprs, coincident, opts)
+    if stored is not None:
+        order = _permuted(len(coincident), [q for q, co in enumerate(coincident) if co], stored)
+        if order != list(range(len(coincident))):
+            notes.append(f"order: {where}: fused members in the storage order of every array the statements "
+                         f"access (the band is permutable): {[exprs[stmts[0].name][m] for m in order]}")
+            return ({n: [v[m] for m in order] for n, v in exprs.items()}, [coincident[m] for m in order])
+        return exprs, coincident
     q = want.pop()
     last = len(coincident) - 1
     if q == last:
@@ -777,6 +724,33 @@ def _stride1_last(stmts, exprs, coincident, pinned, notes, where):
     notes.append(f"order: {where}: fused member {q} ({exprs[stmts[0].name][q]} of {stmts[0].name}) is the "
                  "stride-1 dim; moved innermost (the band is permutable)")
     return ({n: [v[m] for m in order] for n, v in exprs.items()}, [coincident[m] for m in order])
+
+
+def _storage_ranked(stmts, exprs, coincident, opts) -> list[int] | None:
+    """The coincident members by stride, largest first, when every full-size kernel-argument
+    access of every statement (its writes and big reads) ranks them alike: elementwise
+    statements, not transposes. isl may order a band batch-innermost (yolo's [32, 52, 52, 3]
+    elementwise pair ran its 32 batches between the 52 x 52 grid and the 3 anchors: every step
+    a jump of 8112 floats, 1.7x the plain schedule)."""
+    if any(s.kind != "compute" for s in stmts):
+        return None  # a reduction's order is _storage_order's (bert's row sums lost 1.3-4x here)
+    slots = [q for q, co in enumerate(coincident) if co]
+    ranked = None
+    for s in stmts:
+        big = {m.get_tuple_name(isl.dim_type.out) for m in big_accesses(s)}
+        for m in maps_of(s.writes) + maps_of(s.reads):
+            name = m.get_tuple_name(isl.dim_type.out)
+            shape = opts.shapes.get(name)
+            if name not in big or shape is None:
+                continue
+            strides = _flat_strides(s, m, shape)
+            if strides is None:
+                return None
+            mine = _by_stride(slots, lambda q: strides[s.dims.index(exprs[s.name][q])])
+            if ranked is not None and mine != ranked:
+                return None
+            ranked = mine
+    return ranked
 
 
 def _stride1_members(stmts, exprs) -> list[int]:
@@ -817,7 +791,7 @@ def _parallel_mark(model, stmts, exprs, coincident, opts, notes, where) -> dict[
         notes.append(f"parallel: {where}: {_work(stmts)} instances, under {opts.min_parallel_work}; serial")
         return {}
     for q, co in enumerate(coincident):
-        if co and _extent_of(model, stmts, exprs, q) >= max(opts.min_parallel, 2):
+        if co and extent_of(model, stmts, exprs, q) >= max(opts.min_parallel, 2):
             notes.append(f"parallel: {where}: member {q} ({exprs[stmts[0].name][q]} of {stmts[0].name})")
             return {q: PARALLEL}
     notes.append(f"parallel: {where}: no coincident member with enough iterations; serial")

@@ -318,6 +318,19 @@ def test_a_scalar_tail_joins_the_batch_even_with_a_broadcast_operand():
     assert not check_program(g, prog)
 
 
+def test_a_complex_add_gets_the_tree_passes():
+    """A complex op reads a value's real and imaginary parts (x[i, j, 0] and x[i, j, 1]) in one
+    statement: an access that is not single-valued, which every pass reading it as one index
+    expression failed on, leaving isl's tree as it was (serial, scalar). Its pieces are read
+    apart, and the kernel runs parallel and vectorised."""
+    g = akgpy.load_composite(CORPUS / "composite" / "complex" / "complex_add.info")  # CReal/CImag, Add, Complex
+    prog = akgpy.fuse(g, config=WIDE)
+    text = prog.explain()
+    assert "passes failed" not in text, text[:3000]
+    assert "T.vectorized" in prog.kernels[0].tir
+    assert not check_program(g, prog)
+
+
 def test_rows_of_a_bias_are_not_coalesced_with_the_batch():
     """[32, 84] + [84]: the rows hold no power-of-two vector of half a register, but joined with
     the batch the bias would be read as bias[L mod 84], lane by lane; each row stays 5 vectors

@@ -116,8 +116,18 @@ class Namer:
 # -- list helpers (islpy's lists are not iterable) -------------------------------------------
 
 def maps_of(umap: isl.UnionMap) -> list[isl.Map]:
+    """The maps of `umap`, one per space; a map that is not single-valued (a complex value's
+    real and imaginary parts read by one statement: x[i, j, 0] and x[i, j, 1]) comes as its
+    single-valued pieces, since every pass reads an access as one index expression each."""
     lst = umap.get_map_list()
-    return [lst.get_at(i) for i in range(lst.n_map())]
+    out = []
+    for m in (lst.get_at(i) for i in range(lst.n_map())):
+        if m.is_single_valued():
+            out.append(m)
+            continue
+        pieces = m.get_basic_map_list()
+        out += [isl.Map.from_basic_map(pieces.get_at(k)) for k in range(pieces.n_basic_map())]
+    return out
 
 
 def sets_of(uset: isl.UnionSet) -> list[isl.Set]:

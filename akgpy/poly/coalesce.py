@@ -26,7 +26,8 @@ def coalesce_tail(model, stmts, exprs, coincident, opts, notes, where, first: in
     """Trailing members too short to vectorise (a [..., 3, 3] tail) become one linear member
     9*i2 + 3*i3 + i4 when they are every statement's trailing dims and its written array's
     trailing indices, so the linear member walks that array with stride 1; members before
-    `first` never join. Returns (exprs, coincident, {statement: coalesced dim indices} or None)."""
+    `first` (the parallel one) join only when the rest holds no vector of half a register.
+    Returns (exprs, coincident, {statement: coalesced dim indices} or None)."""
     lanes = min(opts.lanes.get(s.name, 1) for s in stmts)
     last = len(coincident) - 1
     if lanes < 4 or last < 1:
@@ -73,7 +74,8 @@ def _contiguous_tail(s: Statement, dims: list[str], shapes: dict) -> bool:
     read contiguous along the innermost dim only would become a gather in the linear member
     (lstm [64, 500, 300] -> [500, 64, 300] ~5129: 16-lane gathers, 1.5x plain's 15-lane loads).
     Indices, not extents: an access to part of a wider array (an UnPad's [.., 3, 3] of [.., 4, 4])
-    passes and is gathered; the model does not hold array shapes."""
+    passes and is gathered; `shapes` (kernel arguments only) serves to skip a constant index
+    into a dim of 1."""
     ext = extents(s)
     unit = {q for q, e in enumerate(ext) if e == 1 and s.dims[q] not in dims}  # isl keeps no loop for them
     if [d for q, d in enumerate(s.dims) if q not in unit][-len(dims):] != dims:

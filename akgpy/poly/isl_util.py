@@ -122,7 +122,7 @@ def maps_of(umap: isl.UnionMap) -> list[isl.Map]:
     lst = umap.get_map_list()
     out = []
     for m in (lst.get_at(i) for i in range(lst.n_map())):
-        if m.is_single_valued():
+        if m.n_basic_map() == 1 or m.is_single_valued():  # the count first: most accesses are one piece
             out.append(m)
             continue
         pieces = m.get_basic_map_list()

@@ -65,7 +65,6 @@ def transpose_plan(s, names, coincident, opts):
     ext = extents(s)
     line = line_elements(s, opts) if opts.streams else 1  # where whole lines matter
     lanes = opts.lanes.get(s.name, 1)
-    tile = None
     if (narrow := opts.transpose_lanes.get(s.name)) and ext[r] % narrow == 0:
         tile = _register_tile(narrow, r, rows, ext, line)  # narrower registers only where each tile's rows fill them
         # a streamed output needs tiles of whole lines, which a narrow tile may not give: yolo

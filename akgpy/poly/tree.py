@@ -688,16 +688,16 @@ def _storage_order(stmts, exprs, coincident, pinned, opts, notes, where):
         ranked = mine
     if ranked == slots:
         return exprs, coincident
-    order = _permuted(len(coincident), slots, ranked)
-    exprs = {n: [v[m] for m in order] for n, v in exprs.items()}
+    exprs, coincident = _reordered(exprs, coincident, _permuted(len(coincident), slots, ranked))
     notes.append(f"order: {where}: fused members by their stride in {ups[0].name}'s largest read (the band "
                  f"is permutable): {exprs[stmts[0].name]}")
-    return exprs, [coincident[m] for m in order]
+    return exprs, coincident
 
 
 def _stride1_last(stmts, exprs, coincident, pinned, opts, notes, where):
-    """In a permutable fused band (any member order is legal) move the member that every
-    statement with no inner loops walks its largest array along with stride 1 innermost."""
+    """In a permutable fused band (any member order is legal) of statements with no inner
+    loops: the storage order their arrays share where there is one (`_storage_ranked`), else
+    the member every statement walks its largest array along with stride 1 moved innermost."""
     want = set()
     for s in stmts:
         if _has_inner_loops(s, pinned):
@@ -711,10 +711,11 @@ def _stride1_last(stmts, exprs, coincident, pinned, opts, notes, where):
     stored = _storage_ranked(stmts, exprs, coincident, opts)
     if stored is not None:
         order = _permuted(len(coincident), [q for q, co in enumerate(coincident) if co], stored)
-        if order != list(range(len(coincident))):
-            notes.append(f"order: {where}: fused members in the storage order of every array the statements "
-                         f"access (the band is permutable): {[exprs[stmts[0].name][m] for m in order]}")
-            return ({n: [v[m] for m in order] for n, v in exprs.items()}, [coincident[m] for m in order])
+        if order == list(range(len(coincident))):
+            return exprs, coincident
+        exprs, coincident = _reordered(exprs, coincident, order)
+        notes.append(f"order: {where}: fused members in the storage order of every array the statements "
+                     f"access (the band is permutable): {exprs[stmts[0].name]}")
         return exprs, coincident
     q = want.pop()
     last = len(coincident) - 1
@@ -723,7 +724,12 @@ def _stride1_last(stmts, exprs, coincident, pinned, opts, notes, where):
     order = [m for m in range(len(coincident)) if m != q] + [q]
     notes.append(f"order: {where}: fused member {q} ({exprs[stmts[0].name][q]} of {stmts[0].name}) is the "
                  "stride-1 dim; moved innermost (the band is permutable)")
-    return ({n: [v[m] for m in order] for n, v in exprs.items()}, [coincident[m] for m in order])
+    return _reordered(exprs, coincident, order)
+
+
+def _reordered(exprs, coincident, order):
+    """The band's members in `order` (position -> member it takes)."""
+    return {n: [v[m] for m in order] for n, v in exprs.items()}, [coincident[m] for m in order]
 
 
 def _storage_ranked(stmts, exprs, coincident, opts) -> list[int] | None:

@@ -88,12 +88,14 @@ def shared_chains(func, roles: dict[str, str], lanes: int) -> set[str]:
     blocks = {n: b for n, b in blocks_of(func).items() if b.writes}  # not the root, which holds them all
     writer = {b.writes[0].source.name: n for n, b in blocks.items()}
     readers: dict[str, list[tuple[str, object]]] = {n: [] for n in blocks}  # (reader, its load)
+    producers: dict[str, list[str]] = {n: [] for n in blocks}
     for name, b in blocks.items():
         loads = []
         structural_walk(b.body, [(ir.TensorLoad, loads.append)])
         for ld in loads:  # once per load: e * e evaluates e twice
             if writer.get(ld.source.name, name) != name:
                 readers[writer[ld.source.name]].append((name, ld))
+                producers[name].append(writer[ld.source.name])
     outputs = {p.name for p in func.params}  # kernel arguments (their handles bear the buffers' names)
     inlined = {n for n, b in blocks.items() if roles.get(n) == "elemwise" and b.writes[0].source.name not in outputs}
     uses: dict[str, int] = {}
@@ -103,20 +105,13 @@ def shared_chains(func, roles: dict[str, str], lanes: int) -> set[str]:
     def row_reduced(name) -> bool:  # through inlined elementwise blocks (a Cast); a DAG: no cycles
         return any(_row_read(blocks[r], ld) if roles.get(r) == "reduce" else r in inlined and row_reduced(r)
                    for r, ld in readers[name])
+
     def wide(n) -> bool:
         shape = [int(e) for e in blocks[n].writes[0].source.shape]
         return bool(shape) and shape[-1] >= lanes and prod(shape) >= WIDE_MATH_INSTANCES
 
     out = {n for n, b in blocks.items() if roles.get(n) == "elemwise" and wide(n) and uses[n] >= 2
            and uses_vector_math(b) and row_reduced(n)}
-    def after(r) -> set[str]:  # the blocks that read reduction r's result, transitively
-        seen, todo = set(), [r]
-        while todo:
-            for q, _ in readers[todo.pop()]:
-                if q not in seen:
-                    seen.add(q)
-                    todo.append(q)
-        return seen
 
     def evaluated(n, kept, memo) -> set[str]:  # the blocks not inlined whose statements evaluate n
         if n not in memo:
@@ -129,10 +124,11 @@ def shared_chains(func, roles: dict[str, str], lanes: int) -> set[str]:
         if n not in inlined or not rows or not wide(n):
             continue
         n = _widened(blocks, writer, inlined, n)
-        chain = _inlined_chain(blocks, writer, inlined - out, n)
+        # what computing n evaluates: n and the inlined blocks it reads, transitively
+        chain = _reach([n], lambda c: [p for p in producers[c] if p in inlined and p not in out])
         # a sibling statement that does not wait for the sum shares part of the chain: computed
         # beside it, the chain runs once (not so softmax backward's, whose sharer follows the sum)
-        late = set().union(*(after(r) for r in rows)) | set(rows) | {n}
+        late = _reach(rows, lambda c: [q for q, _ in readers[c]]) | {n}
         memo: dict[str, set[str]] = {}
         shared = any(evaluated(c, out | {n}, memo) - late for c in chain if c != n)
         if shared and sum(roundings(blocks[c]) for c in chain) >= KEEP_ROUNDINGS:
@@ -149,17 +145,14 @@ def _widened(blocks, writer, inlined, name) -> str:
     return name
 
 
-def _inlined_chain(blocks, writer, inlined, name) -> set[str]:
-    """`name` and the inlined blocks it reads, transitively: what computing it evaluates."""
-    seen, todo = set(), [name]
+def _reach(start, nexts) -> set[str]:
+    """`start` and every block reached from it through `nexts(block)`."""
+    seen, todo = set(), list(start)
     while todo:
         n = todo.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        loads = []
-        structural_walk(blocks[n].body, [(ir.TensorLoad, loads.append)])
-        todo += [writer[ld.source.name] for ld in loads if writer.get(ld.source.name) in inlined]
+        if n not in seen:
+            seen.add(n)
+            todo += nexts(n)
     return seen
 
 

@@ -34,6 +34,7 @@ def dump(kernel: str, stage: str, produce) -> None:
 def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", config=None):
     """`config`: an akgpy.ScheduleConfig (schedule knobs); None picks the target's defaults."""
     from .frontends.composite import load_composite
+    from .graph.collapse import collapse_dims
     from .runtime.program import Kernel, Program
     from .schedule.config import default_config
     from .schedule.plain import plain_schedule
@@ -45,16 +46,20 @@ def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", c
         raise CompileError(f"unknown schedule {schedule!r}; available: 'plain', 'poly'")
     g = graph if isinstance(graph, Graph) else load_composite(graph)
     dump(ident(g.name), "0_graph.txt", g.describe)
+    cfg = config or default_config(target)
+    # the kernel runs on the collapsed graph; Program keeps g: it checks and returns g's shapes
+    kg, graph_note = (cfg.collapse_dims and collapse_dims(g)) or (g, None)
+    if graph_note:
+        dump(ident(g.name), "0_graph_collapsed.txt", lambda: f"{graph_note}\n{kg.describe()}")
 
-    low = lower(g, vector_math=schedule == "poly")
+    low = lower(kg, vector_math=schedule == "poly")
     dump(low.name, "1_te.py", low.func.script)
 
     report = None
-    cfg = config or default_config(target)
     try:
         if schedule == "poly":
             from .schedule.poly import poly_schedule
-            mod, report = poly_schedule(low, cfg, relower=lambda: lower(g, vector_math=False))
+            mod, report = poly_schedule(low, cfg, relower=lambda: lower(kg, vector_math=False))
         else:
             mod = plain_schedule(low, cfg).mod
         mod, stream_note = mark_stream_outputs(mod, low, cfg)
@@ -67,7 +72,7 @@ def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", c
     dump(low.name, "2_scheduled.py", mod.script)
 
     executable = llvm.build(mod, target)
-    kernel = Kernel(low.name, low.params, executable, mod, low, report)
+    kernel = Kernel(low.name, low.params, executable, mod, low, report, graph_note)
     dump(low.name, "3_source.ll", lambda: kernel.source)
     dump(low.name, "4_explain.txt", kernel.explain)
     return Program(g, [kernel], target)

@@ -9,10 +9,15 @@ import numpy as np
 import pytest
 
 import akgpy
+from akgpy.schedule.config import default_config
 from akgpy import GraphBuilder
 from akgpy.testing import check_program
 
 from .conftest import CORPUS, WIDE
+
+# the tile planner's decisions for statements of the graph's own dims: without dim collapsing
+# (graph/collapse.py), which would merge the runs these graphs are built to have
+SHAPED = WIDE.replace(collapse_dims=False)
 
 
 def _softmax(rows=64, cols=128):
@@ -382,7 +387,7 @@ def test_transpose_producer_computes_in_its_own_order():
     y = b.input("y", (4, 64, 8, 48), "float16")
     b.output(b.transpose((x >= y).astype("float16") * x * 0.5, (0, 2, 3, 1)))
     g = b.build()
-    prog = akgpy.fuse(g)
+    prog = akgpy.fuse(g, config=default_config().replace(collapse_dims=False))
     text = prog.explain()
     assert "are stride-1 dims of different statements" in text, text[:3000]
     tir = prog.kernels[0].tir
@@ -399,7 +404,7 @@ def test_transpose_producer_computes_in_its_own_order():
     x = b.input("x", (16, 16, 96), "float16")
     b.output(b.transpose(x * 2.0 + 1.0, (1, 0, 2)))
     g2 = b.build()
-    prog2 = akgpy.fuse(g2)
+    prog2 = akgpy.fuse(g2, config=default_config().replace(collapse_dims=False))
     assert blocks(prog2.kernels[0].tir) == 1
     assert not check_program(g2, prog2)
 
@@ -698,7 +703,7 @@ def test_transposes_run_in_registers(shape, perm, dtype, cast, tile):
     x = b.input("x", shape, dtype)
     b.output(b.transpose(b.cast(x, cast) if cast else x, perm))
     g = b.build()
-    prog = akgpy.fuse(g, schedule="poly", config=WIDE)
+    prog = akgpy.fuse(g, schedule="poly", config=SHAPED)
     text = prog.explain()
     assert f"each tile ({tile}) is transposed in registers" in text, text[:3000]
     assert "codegen:" not in text and "T.Shuffle" in prog.kernels[0].tir
@@ -720,7 +725,7 @@ def test_register_transpose_interleaves_rows_before_storing(shape, perm, dtype, 
     x = b.input("x", shape, dtype)
     b.output(b.transpose(x, perm))
     g = b.build()
-    prog = akgpy.fuse(g, schedule="poly", config=WIDE)
+    prog = akgpy.fuse(g, schedule="poly", config=SHAPED)
     assert f"each tile ({tile}) is transposed in registers" in prog.explain()
     tir = prog.kernels[0].tir
     rounds = re.findall(r"trn\w+: T\.let\[[\w.]+\] = T\.Shuffle\(\[(\w+), (\w+)\]", tir)
@@ -840,7 +845,7 @@ def test_a_transpose_producer_with_a_short_row_coalesces_its_loops():
     scalar moves (yolo ~4991: 75% of its time in that loop). The producer's contiguous dims
     run as one linear loop of full 32-lane vectors instead; the other output shares it."""
     g = _yolo_transpose_of_math()
-    prog = akgpy.fuse(g, schedule="poly", config=WIDE)
+    prog = akgpy.fuse(g, schedule="poly", config=SHAPED)
     text = prog.explain()
     assert re.search(r"order: S_\w+: members 0\.\.2 coalesced into one of 21632 iterations", text), text[:3000]
     assert re.search(r"S_\w+ runs in the loops of S_\w+", text), text[:3000]
@@ -1176,7 +1181,7 @@ def test_transpose_tile_width_leaves_room_for_rows(channels, tile):
     x = b.input("x", (2, channels, 52, 52), "float16")
     b.output(b.transpose(x, (0, 2, 3, 1)))
     g = b.build()
-    prog = akgpy.fuse(g, config=akgpy.ScheduleConfig(vector_bytes=64))
+    prog = akgpy.fuse(g, config=SHAPED)
     assert f"each tile ({tile}) is transposed in registers" in prog.explain()
     assert not check_program(g, prog)
 
@@ -1206,7 +1211,7 @@ def test_a_transpose_and_its_producer_share_the_transposed_dim_in_blocks():
     transpose read it (1.4 MB there, past L2). Blocked in c, the intermediate of a block fits
     half of L2 and is read back from it; the block is a multiple of the transpose's tile rows."""
     g = _transposed_product((2, 256, 26, 26))
-    prog = akgpy.fuse(g, config=WIDE.replace(l2_bytes=256 << 10))
+    prog = akgpy.fuse(g, config=SHAPED.replace(l2_bytes=256 << 10))
     text = prog.explain()
     got = re.search(r"the transposed dim \(i1 of \w+, 256\) shared in blocks of (\d+)", text)
     assert got, text[:3000]
@@ -1216,7 +1221,7 @@ def test_a_transpose_and_its_producer_share_the_transposed_dim_in_blocks():
     assert _compacted_allocs(prog) == [f"1, {block}, 26, 26"]
     assert not check_program(g, prog)
     # an L2 too small for one block's intermediate: the whole plane, as before
-    whole = akgpy.fuse(g, config=WIDE.replace(l2_bytes=4 << 10))
+    whole = akgpy.fuse(g, config=SHAPED.replace(l2_bytes=4 << 10))
     assert "shared in blocks of" not in whole.explain() and _compacted_allocs(whole) == ["1, 256, 26, 26"]
     assert whole.kernels[0].tir != prog.kernels[0].tir
     assert not check_program(g, whole)
@@ -1235,7 +1240,7 @@ def test_a_streamed_transpose_stores_whole_cache_lines(shape, perm, narrow, cach
     x = b.input("x", shape, "float16")  # over 1 MiB: outputs of 1 MiB or more stream
     b.output(b.transpose(x, perm))
     g = b.build()
-    cfg = WIDE.replace(narrow_transpose_bytes=narrow)
+    cfg = SHAPED.replace(narrow_transpose_bytes=narrow)
     cached = akgpy.fuse(g, config=cfg)
     assert f"each tile ({cached_tile}) is transposed in registers" in cached.explain()
     streamed = akgpy.fuse(g, config=cfg.replace(stream_min_bytes=1 << 10))

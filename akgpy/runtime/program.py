@@ -143,8 +143,9 @@ class Kernel:
     """One compiled kernel: its name, parameters, scheduled TIR and generated code."""
 
     def __init__(self, name: str, params: list[Param], executable, scheduled_mod, lowered=None,
-                 schedule_report: str | None = None):
+                 schedule_report: str | None = None, graph_note: str | None = None):
         self.name, self.params = name, params
+        self._graph_note = graph_note  # what the graph stage changed before lowering (collapsed dims)
         self._executable, self._mod, self._lowered = executable, scheduled_mod, lowered
         self._report = schedule_report  # the poly scheduler's own account, when it ran
         self._source: str | None = None
@@ -172,12 +173,14 @@ class Kernel:
         dependences, isl's schedule tree, computed on demand under a wall-clock bound) and the
         scheduled loop nest."""
         from ..poly import compute_schedule_bounded, dependences, describe, extract
+        note = [self._graph_note] if self._graph_note else []
         if self._report is not None:
-            return "\n".join([f"== kernel {self.name}", self._report, "== scheduled TIR", self.tir])
+            path, _, rest = self._report.partition("\n")
+            return "\n".join([f"== kernel {self.name}", path, *note, rest, "== scheduled TIR", self.tir])
         out = [f"== kernel {self.name}",
                "schedule path: plain (schedule='plain': akgpy/schedule/plain.py inlines injective blocks, "
                "runs outer loops in parallel, vectorises inner slices, register-tiles contractions); the "
-               "isl schedule below is analysis only: what schedule='poly' would start from"]
+               "isl schedule below is analysis only: what schedule='poly' would start from", *note]
         if self._lowered is not None:
             try:
                 model = extract(self._lowered.func, self._lowered.roles)
@@ -212,7 +215,7 @@ class Program:
                         for n in graph.inputs]
         self._outputs: list[tuple[tuple, np.dtype, int]] = []  # every kernel output of a call, in order
         self._plans = [(k.func, [self._plan(k, p) for p in k.params]) for k in kernels]
-        self._results = [(n, graph.tensors[n].dtype) for n in graph.real_outputs]
+        self._results = [(n, graph.tensors[n].dtype, graph.tensors[n].shape) for n in graph.real_outputs]
         self._pool = OutputPool()
         self._pool_lock = threading.Lock()
         self._last: list[np.ndarray] = []  # the previous call's output arrays (see _outputs_for_call)
@@ -338,10 +341,12 @@ class Program:
             func(*call_args)
             for dst, buf in writebacks:
                 np.copyto(dst, buf.view(dst.dtype).reshape(dst.shape) if dst.dtype.kind == "c" else buf.reshape(dst.shape))
-        return tuple(_from_storage(results[n], dtype) for n, dtype in self._results)
+        return tuple(_from_storage(results[n], dtype, shape) for n, dtype, shape in self._results)
 
 
-def _from_storage(buf: np.ndarray, dtype: str) -> np.ndarray:
+def _from_storage(buf: np.ndarray, dtype: str, shape: tuple) -> np.ndarray:
+    """The graph's view of an output buffer: complex from float pairs, the graph's shape where
+    the kernel ran on collapsed dims (graph/collapse.py)."""
     if dtype in dtypes.COMPLEX_PART:
         return buf.view(dtypes.to_numpy(dtype)).reshape(buf.shape[:-1])
-    return buf
+    return buf if buf.shape == shape else buf.reshape(shape)

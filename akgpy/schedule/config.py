@@ -62,6 +62,10 @@ class ScheduleConfig:
     # software prefetch this many bytes ahead of each stride-1 vector read of a kernel argument
     # (akgpy/targets/prefetch.py); 0 = none. default_config: PREFETCH_BYTES
     prefetch_bytes: int = 0
+    # lower a graph of transposes and same-shape elementwise ops on fewer dims: each transpose's
+    # stride-1 read run merged where every layout keeps it together (akgpy/graph/collapse.py);
+    # False lowers the graph's own dims (what the tile planner's tests pin down)
+    collapse_dims: bool = True
 
     def __post_init__(self):
         for f in ("vector_bytes", "tile_i", "tile_j_vectors", "min_parallel", "l1_bytes", "l2_bytes",
@@ -84,7 +88,7 @@ class ScheduleConfig:
                                f"{self.narrow_transpose_bytes!r}")
         if not isinstance(self.prefetch_bytes, int) or isinstance(self.prefetch_bytes, bool) or self.prefetch_bytes < 0:
             raise CompileError(f"ScheduleConfig.prefetch_bytes must be an int >= 0, got {self.prefetch_bytes!r}")
-        for f in ("input_fusion", "stream_write_heavy"):
+        for f in ("input_fusion", "stream_write_heavy", "collapse_dims"):
             if not isinstance(getattr(self, f), bool):
                 raise CompileError(f"ScheduleConfig.{f} must be a bool, got {getattr(self, f)!r}")
         if not isinstance(self.stream_share, (int, float)) or isinstance(self.stream_share, bool) \

@@ -12,7 +12,8 @@ A cut is a boundary between dims k - 1 and k of a tensor that must stay. A trans
 input wherever two input dims do not stay adjacent and in order in the output (and its output
 likewise); an elementwise op makes all its operands and its result share cuts; a transpose
 carries a cut on either side to the matching boundary on the other. Iterated to a fixed point,
-what is left uncut merges.
+what is left uncut could merge; of that, only the run each transpose reads with stride 1 does
+(every other boundary of a transpose's input is cut, and the fixed point is taken again).
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def collapse_dims(g: Graph) -> tuple[Graph, str] | None:
         if op.name == "Transpose":
             src = op.inputs[0]
             last = _groups(full[src], cuts[src])[-1]
-            cuts[src] |= set(range(1, last[0] + 1)) - {0}
+            cuts[src] |= set(range(1, last[0] + 1))
     cuts = _settled(g, full, cuts)
     shapes = {n: _merged(g.tensors[n].shape, cuts[n]) for n in full}
     lost = [op for op in g.ops if op.name == "Transpose" and shapes[op.inputs[0]][-1] != g.tensors[op.inputs[0]].shape[-1]]

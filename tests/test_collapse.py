@@ -105,3 +105,23 @@ def test_config_knob_keeps_the_graphs_dims():
     assert not check_program(g, prog)
     with pytest.raises(akgpy.AkgpyError, match="collapse_dims"):
         akgpy.ScheduleConfig(collapse_dims=1)
+
+
+def test_row_tiles_go_outermost_when_the_read_run_is_the_longer():
+    """NCHW -> NHWC reads runs of H*W and writes runs of C: the row (channel) tiles go outermost
+    so that consecutive tiles continue along the read rows; NHWC -> NCHW keeps the read run's
+    tiles outermost (tiles.register_transpose_tile)."""
+    nchw = _head((2, 64, 52, 52), (0, 2, 3, 1))
+    prog = akgpy.fuse(nchw)
+    line = next(ln for ln in prog.explain().splitlines() if ln.startswith("transpose:"))
+    assert "row tiles outermost" in line, line
+    rows = int(re.search(r"tiled \[\d+, (\d+)\]", line).group(1))
+    # the first loop under the parallel batch loop runs the 64 / rows channel tiles
+    grid = re.search(r"for c0 in T.parallel\(2\):\s+for (?:\w+, )*\w+ in T.grid\((\d+)", prog.kernels[0].tir)
+    assert grid is not None and int(grid.group(1)) == 64 // rows, prog.kernels[0].tir[:2000]
+    assert not check_program(nchw, prog)
+    nhwc = _head((2, 52, 52, 64), (0, 3, 1, 2))
+    prog = akgpy.fuse(nhwc)
+    line = next(ln for ln in prog.explain().splitlines() if ln.startswith("transpose:"))
+    assert "row tiles outermost" not in line, line
+    assert not check_program(nhwc, prog)

@@ -125,3 +125,18 @@ def test_row_tiles_go_outermost_when_the_read_run_is_the_longer():
     line = next(ln for ln in prog.explain().splitlines() if ln.startswith("transpose:"))
     assert "row tiles outermost" not in line, line
     assert not check_program(nhwc, prog)
+
+
+def test_model_steps_call_collapsed_kernels_directly_on_views():
+    """In a model graph a collapsed kernel still takes the direct path (no Program call per
+    step): its arguments are reshaped views of the graph-shaped arrays between steps."""
+    b = GraphBuilder("nhwc_model", model=True)
+    x = b.input("x", (2, 8, 12, 12))
+    b.output(x.transpose(0, 2, 3, 1) * 2.0)
+    prog = akgpy.fuse(b.build(), fuse=False)  # the transpose is a step of its own
+    direct = prog._direct[0]
+    assert direct is not None
+    assert [view for *_, view in direct] == [(2, 8, 144), (2, 144, 8)]
+    xv = np.random.default_rng(1).standard_normal((2, 8, 12, 12)).astype("float32")
+    out, = prog(xv)
+    np.testing.assert_array_equal(out, xv.transpose(0, 2, 3, 1) * np.float32(2.0))

@@ -759,7 +759,6 @@ def test_narrow_elements_transpose_in_narrower_registers(dtype, narrow, tile, ve
 def test_default_narrow_transpose_width_follows_the_cpu(mcpu, want):
     """The narrow-transpose width is a per-CPU default (measured: 16 on a Xeon, 64 on Zen 5);
     it changes the transposed tile, and the kernel stays correct either way."""
-    from akgpy.schedule.config import default_config
     cfg = default_config({"kind": "llvm", "mcpu": mcpu})
     assert cfg.narrow_transpose_bytes == want
     b = GraphBuilder("narrow_transpose_cpu")

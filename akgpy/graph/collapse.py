@@ -73,7 +73,7 @@ def collapse_dims(g: Graph) -> tuple[Graph, str] | None:
     ops = []
     for op in g.ops:
         if op.name == "Transpose":
-            perm = _perm(op, full[op.inputs[0]])
+            perm = _perm(op)
             groups = _groups(full[op.inputs[0]], cuts[op.inputs[0]])
             starts = [grp[0] for grp in groups]
             new = tuple(starts.index(perm[j]) for j in range(len(perm)) if j == 0 or j in cuts[op.outputs[0]])
@@ -101,37 +101,26 @@ def _settled(g: Graph, full: dict[str, int], cuts: dict[str, set[int]]) -> dict[
                     cuts[n] |= union
                 continue
             src, dst = op.inputs[0], op.outputs[0]
-            perm = _perm(op, full[src])
-            for a, b in ((src, dst), (dst, src)):
-                forced, carried = _transposed_cuts(perm, cuts[a], a == src)
-                if not forced <= cuts[a] or not carried <= cuts[b]:
-                    changed = True
-                    cuts[a] |= forced
-                    cuts[b] |= carried
+            pairs = _adjacent(_perm(op))
+            every = set(range(1, full[src]))
+            grown_src = cuts[src] | (every - pairs.keys()) | {k for k, j in pairs.items() if j in cuts[dst]}
+            grown_dst = cuts[dst] | (every - set(pairs.values())) | {pairs[k] for k in grown_src if k in pairs}
+            if grown_src != cuts[src] or grown_dst != cuts[dst]:
+                changed = True
+                cuts[src], cuts[dst] = grown_src, grown_dst
     return cuts
 
 
-def _perm(op: Op, rank: int) -> tuple[int, ...]:
-    return tuple(int(p) % rank for p in op.attr("perm"))
+def _perm(op: Op) -> tuple[int, ...]:
+    return tuple(int(p) for p in op.attr("perm"))  # the validator checked it is a permutation
 
 
-def _transposed_cuts(perm, cuts: set[int], from_input: bool) -> tuple[set[int], set[int]]:
-    """(cuts the transpose forces on this side, cuts it carries to the other side), for the side
-    holding `cuts` (its input when `from_input`). Output dim j reads input dim perm[j]."""
-    n = len(perm)
-    inv = [0] * n
-    for j, p in enumerate(perm):
-        inv[p] = j
-    if from_input:
-        forced = {k for k in range(1, n) if inv[k] != inv[k - 1] + 1}
-        carried = {inv[k] for k in cuts | forced if k not in forced}
-        # every output boundary not inside a kept input pair is cut as well
-        carried |= {j for j in range(1, n) if perm[j] != perm[j - 1] + 1}
-    else:
-        forced = {j for j in range(1, n) if perm[j] != perm[j - 1] + 1}
-        carried = {perm[j] for j in cuts if j not in forced}
-        carried |= {k for k in range(1, n) if inv[k] != inv[k - 1] + 1}
-    return forced, carried
+def _adjacent(perm) -> dict[int, int]:
+    """Input boundary k (between dims k - 1 and k) -> the output boundary it becomes, for the
+    boundaries whose two dims stay adjacent and in order (output dim j reads input dim perm[j]);
+    every other boundary, on either side, is a cut."""
+    inv = {p: j for j, p in enumerate(perm)}
+    return {k: inv[k] for k in range(1, len(perm)) if inv[k] == inv[k - 1] + 1}
 
 
 def _groups(rank: int, cuts: set[int]) -> list[list[int]]:

@@ -49,7 +49,7 @@ def register_transpose_tile(stmts, exprs, coincident, opts, notes, where):
     # ~1652 0.65-0.80, ~4214 0.70-0.85, ~4409 0.79-0.83; NHWC -> NCHW (~3350, ~8134, ~3330) ran
     # 1.2-1.8x slower that way, and keeps the read run outermost; 53 corpus graphs change, 0.95x
     ext = extents(s)
-    tiles = [d for d in rows] + [r] if ext[r] > math.prod(ext[d] for d in rows) else K
+    tiles = point if ext[r] > math.prod(ext[d] for d in rows) else K
     texprs = {s.name: [names[q] for q in rest] + [f"floor(({s.dims[d]}) / {size[d]})" for d in tiles]
               + [s.dims[d] for d in point]}
     notes.append(f"transpose: {where}: {s.dims[r]} (read with stride 1) x {[s.dims[d] for d in rows]} "

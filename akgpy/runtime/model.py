@@ -29,16 +29,18 @@ from .program import Kernel, OutputPool, Program, aligned_empty, as_aligned, as_
 
 
 def _direct_params(st: "Step", g) -> list[tuple] | None:
-    """(tensor, kind, shape, dtype) per kernel parameter, when the kernel can be called on the
-    environment's arrays as they are (plain dtypes, storage shape = graph shape)."""
+    """(tensor, kind, graph shape, dtype, kernel shape where it differs else None) per kernel
+    parameter, when the kernel can be called on the environment's arrays or views of them
+    (plain dtypes; a kernel on collapsed dims, graph/collapse.py, takes reshaped views)."""
     if st.program is None:
         return None
     out = []
     for p in st.kernel.params:
         t = g.tensors[p.tensor]
-        if p.kind == "inplace" or t.dtype in dtypes.COMPLEX or tuple(p.shape) != tuple(t.shape):
+        if p.kind == "inplace" or t.dtype in dtypes.COMPLEX:
             return None
-        out.append((p.tensor, p.kind, tuple(p.shape), str(dtypes.to_numpy(t.dtype))))
+        view = tuple(p.shape) if tuple(p.shape) != tuple(t.shape) else None
+        out.append((p.tensor, p.kind, tuple(t.shape), str(dtypes.to_numpy(t.dtype)), view))
     return out
 
 
@@ -75,7 +77,7 @@ class ModelProgram:
         self._bound = {n: as_aligned(a) for n, a in g.bound.items()}
         self._direct = [_direct_params(st, g) for st in steps]
         self._buffers = {name: aligned_empty(shape, dt) for params in self._direct if params
-                         for name, kind, shape, dt in params if kind == "output" and name not in g.outputs}
+                         for name, kind, shape, dt, _ in params if kind == "output" and name not in g.outputs}
         self._lock = threading.Lock()
         self._pool = OutputPool()  # graph outputs: fresh for the caller, recycled once dropped
 
@@ -126,16 +128,16 @@ class ModelProgram:
             params = self._direct[k]
             if params is not None:
                 args = []
-                for name, kind, shape, dt in params:
+                for name, kind, shape, dt, view in params:
                     if kind == "input":
-                        args.append(env[name])
-                        continue
-                    buf = self._buffers.get(name)
-                    if buf is None:
-                        buf = self._pool.take(shape, dt)
-                        fresh.add(name)
-                    env[name] = buf
-                    args.append(buf)
+                        buf = env[name]
+                    else:
+                        buf = self._buffers.get(name)
+                        if buf is None:
+                            buf = self._pool.take(shape, dt)
+                            fresh.add(name)
+                        env[name] = buf
+                    args.append(buf if view is None else buf.reshape(view))
                 st.kernel.func(*args)
             else:
                 outs = st.run([env[n] for n in st.group.inputs])

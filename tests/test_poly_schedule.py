@@ -694,7 +694,8 @@ def test_a_full_sum_to_a_scalar_sums_in_vector_partials(shape):
     ((6, 3, 3, 30), (0, 3, 1, 2), "float32", None, "15 x 9"),
     ((2, 3, 64, 64), (0, 2, 3, 1), "float32", "float16", "32 x 3"),  # vgg: cast + NCHW -> NHWC
     ((4, 64, 96, 1), (0, 2, 1, 3), "float32", None, "16 x 16"),  # a trailing unit dim
-    ((2, 3, 85, 26, 26), (0, 3, 4, 1, 2), "float16", None, "26 x 5"),  # 85 rows: 5, and not 3 of them
+    # 85 rows: 16 (the last tile, 5 rows, apart), not 3 of them
+    ((2, 3, 85, 26, 26), (0, 3, 4, 1, 2), "float16", None, "26 x 16"),
 ])
 def test_transposes_run_in_registers(shape, perm, dtype, cast, tile):
     """A transposing copy is tiled W (read along its rows) x R (written rows) and each tile is
@@ -713,8 +714,8 @@ def test_transposes_run_in_registers(shape, perm, dtype, cast, tile):
 @pytest.mark.parametrize("shape,perm,dtype,tile,groups", [
     # 9 rows = 8 + 1; the output is one block, so a 32-lane store spans two registers of the 8
     ((16, 9, 512), (0, 2, 1), "float16", "32 x 9", 3),
-    ((2, 26, 26, 255), (0, 3, 1, 2), "float16", "17 x 13", 3),  # 13 = 8 + 4 + 1, 17 lanes padded to 32
-    ((2, 3, 85, 26, 26), (0, 3, 4, 1, 2), "float16", "26 x 5", 2),  # 5 = 4 + 1
+    ((2, 13, 13, 255), (0, 3, 1, 2), "float16", "17 x 13", 3),  # 13 = 8 + 4 + 1, 17 lanes padded to 32
+    ((2, 3, 85, 26, 26), (0, 3, 4, 1, 2), "float16", "26 x 16", 2),  # the last tile's 5 rows: 4 + 1
     ((4, 64, 96), (0, 2, 1), "float32", "16 x 16", 1),
 ])
 def test_register_transpose_interleaves_rows_before_storing(shape, perm, dtype, tile, groups):
@@ -1170,18 +1171,40 @@ def test_independent_parts_do_not_share_a_stride1_loop():
     assert not check_program(g, prog)
 
 
-@pytest.mark.parametrize("channels,tile", [(255, "26 x 15"), (256, "26 x 16")])
+@pytest.mark.parametrize("channels,tile", [(255, "26 x 16"), (256, "26 x 16")])
 def test_transpose_tile_width_leaves_room_for_rows(channels, tile):
     """yolo's [N, 255, 52, 52] float16 -> NHWC: 52-element rows take two registers each, so
     only 5 of 255's divisors fit, and every output row was a 10-byte store. Half-rows of 26
-    leave registers for 15 rows. With 256 channels 52 x 8 and 26 x 16 tie on size; the one
-    with more rows stores longer pieces."""
+    leave registers for 16 rows (255's last tile of 15 apart). With 256 channels 52 x 8 and
+    26 x 16 tie on size; the one with more rows stores longer pieces."""
     b = GraphBuilder("transpose_short_side")
     x = b.input("x", (2, channels, 52, 52), "float16")
     b.output(b.transpose(x, (0, 2, 3, 1)))
     g = b.build()
     prog = akgpy.fuse(g, config=SHAPED)
     assert f"each tile ({tile}) is transposed in registers" in prog.explain()
+    assert not check_program(g, prog)
+
+
+@pytest.mark.parametrize("rows,full,last", [(85, 16, 5), (255, 16, 15), (40, 16, 8), (17, 16, 1), (64, 16, 0)])
+def test_transpose_rows_without_a_fitting_divisor_take_a_partial_last_tile(rows, full, last):
+    """Rows along a dim with no divisor that fills the registers (85 = 5 x 17, 17 prime) tile by
+    the power of two that does; isl's AST runs the last tile apart (an isolated band), with its
+    own constant extent, so it too is a register transpose unless it is a single row (17 rows
+    had no register transpose at all). 64 rows divide: no tile apart. NCHW -> NHWC float16
+    ~9919 (85 rows) 52 x 5 -> 52 x 8: 0.41x."""
+    b = GraphBuilder("transpose_partial_rows")
+    x = b.input("x", (2, rows, 26, 26), "float16")
+    b.output(b.transpose(x, (0, 2, 3, 1)))
+    g = b.build()
+    prog = akgpy.fuse(g, config=SHAPED)
+    text = prog.explain()
+    assert f"each tile (26 x {full}) is transposed in registers" in text, text[:3000]
+    assert bool(re.search(rf"the last tile along \w+ \({last} rows\) runs apart", text)) == bool(last), text[:3000]
+    tir = prog.kernels[0].tir
+    # lanes of each vector store: `out[..] = T.Shuffle([registers], [lanes])`
+    pieces = {len(m.split(",")) for m in re.findall(r"^\s*Transpose\w*\[.*\] = T\.Shuffle\(\[[^\]]*\], \[([^\]]*)\]", tir, re.M)}
+    assert pieces == {full} | ({last} if last > 1 else set()), (pieces, tir[:3000])
     assert not check_program(g, prog)
 
 

@@ -319,7 +319,7 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
         if len(dims) >= 2 and not opts.tile else None
     tail = None
     if got is not None:
-        exprs, coincident, sizes = got
+        exprs, coincident, sizes, isolate = got
         mark[len(coincident) - len(sizes)] = TRANSPOSE
     elif s.kind == "compute":
         # an elementwise statement below a fusion cut (a transpose's producer) coalesces its
@@ -551,9 +551,9 @@ def _transpose_block(model, stmts, dims: dict[str, int], pinned, opts, notes, wh
         inner = prod(e for q, e in enumerate(extents(s)) if q not in pinned[s.name] and q != d)
         if any(stride1_dim(m) == d for m in maps_of(s.writes)):  # a transpose: its tile divides B
             plan = transpose_plan(s, names, [True] * len(names), opts)
-            if plan is None or d not in plan[-1]:
+            if plan is None or d not in plan[4] or d in plan[5]:  # a partial tile divides no block
                 return None
-            quantum = lcm(quantum, plan[-1][d])
+            quantum = lcm(quantum, plan[4][d])
             line = max(line, line_elements(s, opts))
             continue
         quantum = lcm(quantum, opts.lanes.get(s.name, 1) // gcd(opts.lanes.get(s.name, 1), inner))
@@ -601,11 +601,11 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
     transposed = keep >= 2 and len(_stride1_members(stmts, exprs)) > 1  # a big array read across
     if transposed and not opts.tile and (got := register_transpose_tile(stmts, exprs, coincident, opts,
                                                                      notes, where)) is not None:
-        texprs, tco, sizes = got
+        texprs, tco, sizes, isolate = got
         tiles[where] = sizes
         mark = _parallel_mark(model, stmts, texprs, tco, opts, notes, where)
         mark[len(tco) - len(sizes)] = TRANSPOSE
-        return _insert_band(leaf, ctx, stmts, texprs, tco, mark)
+        return _insert_band(leaf, ctx, stmts, texprs, tco, mark, isolate)
     if keep >= 2 and (opts.tile or transposed):
         # tile only the members some array walks with stride 1 (the written array's and the
         # transposed read's); the others stay whole loops outside the tiles

@@ -47,6 +47,10 @@ class ScheduleConfig:
     # a kernel moving at least this many bytes writes its large outputs with non-temporal stores
     # (no write-allocate read); 0 = never. default_config: twice the host's last-level cache
     stream_min_bytes: int = 64 << 20
+    # a kernel that reads at least what it writes streams from this many bytes moved (below
+    # stream_min_bytes, and only its stores of whole cache lines); 0 = no such kernels apart.
+    # default_config: the host's last-level cache where STREAM_POLICY_BY_CPU asks for it
+    stream_read_heavy_min_bytes: int = 0
     # whether a kernel that writes more bytes than it reads streams too (see STREAM_POLICY_BY_CPU)
     stream_write_heavy: bool = False
     # the share of a kernel's candidate output bytes that whole-line stores must write for any of
@@ -79,9 +83,10 @@ class ScheduleConfig:
             raise CompileError(f"ScheduleConfig.tile must be a tuple of positive ints, got {self.tile!r}")
         if not isinstance(self.fusion_depth, int) or isinstance(self.fusion_depth, bool) or self.fusion_depth < 0:
             raise CompileError(f"ScheduleConfig.fusion_depth must be an int >= 0, got {self.fusion_depth!r}")
-        if not isinstance(self.stream_min_bytes, int) or isinstance(self.stream_min_bytes, bool) \
-                or self.stream_min_bytes < 0:
-            raise CompileError(f"ScheduleConfig.stream_min_bytes must be an int >= 0, got {self.stream_min_bytes!r}")
+        for f in ("stream_min_bytes", "stream_read_heavy_min_bytes"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise CompileError(f"ScheduleConfig.{f} must be an int >= 0, got {v!r}")
         if not isinstance(self.narrow_transpose_bytes, int) or isinstance(self.narrow_transpose_bytes, bool) \
                 or self.narrow_transpose_bytes < 0:
             raise CompileError("ScheduleConfig.narrow_transpose_bytes must be an int >= 0, got "
@@ -136,6 +141,14 @@ NARROW_TRANSPOSE_BYTES_BY_CPU = {"znver5": 64}
 # ~4253 0.76-0.78x (two runs), the other streamed bench kernels within noise.
 # Unlisted CPUs keep the defaults.
 _AMD_STREAMS = {"stream_write_heavy": True, "stream_share": 0.0}
+# stream_read_heavy_min_bytes, in last-level caches (Zen 4 only: measured there). The 56 corpus
+# kernels that move 1-2 LLCs (32-64 MiB) and read at least what they write, kernel alone, 2
+# threads, interleaved, 5 rounds: geomean 0.85x, 22 of them 0.43-0.88x (vgg's cast-transpose
+# ~3714 0.66-0.76x, resnet/yolo elementwise 0.49-0.69x); 3191 (bert dropout, 36 MiB) 1.10-1.14x
+# in three runs, other single readings over 1.1x not repeated. Streaming their half- and
+# quarter-line stores too cost up to 3.7x (case3: 32-byte float16 stores of 16-lane vectors);
+# write-heavy kernels of that size ran slower streamed (bert layernorms ~3896 1.69x, ~8077 1.46x).
+STREAM_READ_HEAVY_LLCS_BY_CPU = {"znver4": 1}
 STREAM_POLICY_BY_CPU = {"znver5": _AMD_STREAMS, "znver4": _AMD_STREAMS}
 
 
@@ -165,7 +178,9 @@ def default_config(target=None) -> ScheduleConfig:
     except Exception:  # a target llvm.build will reject with its own error
         tgt, native_fp16 = None, False
     chains = NATIVE_FP16_CHAIN_REGISTERS if native_fp16 else ScheduleConfig.chain_registers
-    return ScheduleConfig(vector_bytes=vector_bytes, stream_min_bytes=2 * host_llc_bytes()[0],
+    llc = host_llc_bytes()[0]
+    return ScheduleConfig(vector_bytes=vector_bytes, stream_min_bytes=2 * llc,
+                          stream_read_heavy_min_bytes=STREAM_READ_HEAVY_LLCS_BY_CPU.get(_mcpu(tgt), 0) * llc,
                           l2_bytes=host_l2_bytes(), narrow_transpose_bytes=_narrow_transpose_bytes(tgt),
                           prefetch_bytes=PREFETCH_BYTES, chain_registers=chains,
                           **STREAM_POLICY_BY_CPU.get(_mcpu(tgt), {}))

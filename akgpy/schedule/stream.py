@@ -13,7 +13,11 @@ width, and the cast ~3234 (2x) gained only 4-7%; on AMD Zen 5 both ran 35-40% fa
 Measured with a threshold of one LLC, bert's layernorm ~3896 (47 MB, LLC 32 MiB) went
 from 1.33 to 2.39 ms: repeated, much of its data stays cached, and streamed output lines skip
 that. At 75 MB and above, of the bench kernels that read at least what they write, none got
-slower and seven got 13-29% faster.
+slower and seven got 13-29% faster. Where the CPU's policy asks for it
+(`ScheduleConfig.stream_read_heavy_min_bytes`), a kernel that reads at least what it writes
+streams from one LLC, below `stream_min_bytes` only its stores of whole lines (`WHOLE_ATTR`):
+on Zen 4 the read-heavy corpus kernels moving 1-2 LLCs ran 0.85x (geomean of 56), where half-line
+float16 stores streamed too one ran 3.7x slower (config.STREAM_READ_HEAVY_LLCS_BY_CPU).
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from .config import ScheduleConfig
 ATTR = "akgpy.stream_outputs"  # PrimFunc attr: {buffer data name: [output tensor, bytes]}
 PREFETCH_ATTR = "akgpy.prefetch_bytes"  # PrimFunc attr: software prefetch distance in bytes
 SHARE_ATTR = "akgpy.stream_share"  # PrimFunc attr: ScheduleConfig.stream_share
+WHOLE_ATTR = "akgpy.stream_whole_lines"  # PrimFunc attr: only vector stores of whole lines stream
 MIN_OUTPUT = 1 << 20
 # By default stream only when (nearly) all output bytes can: on a Xeon VM a kernel mixing
 # streamed and cached output lines ran slower than with plain stores alone (dropout ~6619,
@@ -50,27 +55,31 @@ def _views(func, outputs: dict) -> dict:
     return views
 
 
-def stream_candidates(low: Lowered, cfg: ScheduleConfig) -> tuple[list, str]:
-    """(the kernel's output params that stream where their stores fill whole lines, and when
-    there are none, why)."""
+def stream_candidates(low: Lowered, cfg: ScheduleConfig) -> tuple[list, bool, str]:
+    """(the kernel's output params that stream where their stores fill whole lines, whether
+    only stores of whole lines may (a read-heavy kernel below stream_min_bytes), and when there
+    are none, why)."""
     moved = sum(_bytes(p) for p in low.params)
-    if not cfg.stream_min_bytes or moved < cfg.stream_min_bytes:
-        return [], ("off" if not cfg.stream_min_bytes
-                    else f"kernel moves {moved >> 20} MiB < {cfg.stream_min_bytes >> 20} MiB")
     outputs = [p for p in low.params if p.kind != "input" and _bytes(p) >= MIN_OUTPUT]
-    if not outputs:
-        return [], "no output of at least 1 MiB"
     written = sum(_bytes(p) for p in outputs)
     read = sum(_bytes(p) for p in low.params if p.kind != "output")
+    low_bar = cfg.stream_read_heavy_min_bytes if written <= read else 0
+    whole_only = bool(low_bar) and low_bar <= moved < cfg.stream_min_bytes
+    if not whole_only and (not cfg.stream_min_bytes or moved < cfg.stream_min_bytes):
+        return [], False, ("off" if not cfg.stream_min_bytes
+                           else f"kernel moves {moved >> 20} MiB < {cfg.stream_min_bytes >> 20} MiB"
+                           + (f" (< {low_bar >> 20} MiB reading at least what it writes)" if low_bar else ""))
+    if not outputs:
+        return [], False, "no output of at least 1 MiB"
     if written > read and not cfg.stream_write_heavy:
-        return [], (f"the kernel writes more than it reads: {written >> 20} MiB against {read >> 20} MiB, "
-                    "and stream_write_heavy is off")
-    return outputs, ""
+        return [], False, (f"the kernel writes more than it reads: {written >> 20} MiB against {read >> 20} MiB, "
+                           "and stream_write_heavy is off")
+    return outputs, whole_only, ""
 
 
 def mark_stream_outputs(mod, low: Lowered, cfg: ScheduleConfig):
     """(mod with the outputs to stream in its function's `ATTR`, a one-line note for explain)."""
-    chosen, why = stream_candidates(low, cfg)
+    chosen, whole_only, why = stream_candidates(low, cfg)
     if not chosen:
         return mod, f"streaming stores: none ({why})"
     (gv, func), = list(mod.functions_items())
@@ -78,12 +87,17 @@ def mark_stream_outputs(mod, low: Lowered, cfg: ScheduleConfig):
     outputs = {str(v.data): [p.tensor, _bytes(p)] for v, p in zip(func.params, low.params) if id(p) in chosen_ids}
     moved = sum(_bytes(p) for p in low.params)
     func = func.with_attr(ATTR, {**outputs, **_views(func, outputs)}).with_attr(SHARE_ATTR, float(cfg.stream_share))
+    if whole_only:
+        func = func.with_attr(WHOLE_ATTR, True)
     mod = mod.__class__({gv: func})
-    when = (f"when stores that fill whole lines write at least {cfg.stream_share:.0%} of their bytes"
-            if cfg.stream_share else "each store that fills whole lines")
+    one, stores = (("store of whole lines", "stores of whole lines") if whole_only
+                   else ("store that fills whole lines", "stores that fill whole lines"))
+    when = (f"when {stores} write at least {cfg.stream_share:.0%} of their bytes"
+            if cfg.stream_share else f"each {one}")
+    bar = (f"{cfg.stream_read_heavy_min_bytes >> 20} MiB, reading at least what it writes" if whole_only
+           else f"{cfg.stream_min_bytes >> 20} MiB")
     return mod, (f"streaming stores: candidates {', '.join(t for t, _ in outputs.values())} (kernel moves "
-                 f"{moved >> 20} MiB >= {cfg.stream_min_bytes >> 20} MiB); code generation streams {when}, "
-                 "into outputs not read back")
+                 f"{moved >> 20} MiB >= {bar}); code generation streams {when}, into outputs not read back")
 
 
 def mark_prefetch(mod, cfg: ScheduleConfig):

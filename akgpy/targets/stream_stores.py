@@ -39,7 +39,7 @@ import tvm_ffi
 from tvm import ir, tirx
 from tvm.sym import detect_linear_equation
 
-from ..schedule.stream import ATTR, SHARE_ATTR, STREAM_SHARE
+from ..schedule.stream import ATTR, SHARE_ATTR, STREAM_SHARE, WHOLE_ATTR
 
 LINE = 64
 
@@ -143,12 +143,13 @@ def stream_func(func):
     tvm_ffi.structural_walk(body, [(tirx.Bind, lambda b: lets.__setitem__(b.var, b.value))])
     fails, used, loops, count = set(), set(), [], [0]
     runs = []  # per enclosing loop: [its body, its runs (`_runs`) once a part-line store asks]
+    whole_only = bool(attrs.get(WHOLE_ATTR, False))
 
     def qualifies(st, vec) -> bool:
         base = _inline(st.indices[0].base, lets)
         if vec[2] >= LINE:
             return _whole_lines(base, vec, loops)
-        if not runs:
+        if not runs or whole_only:
             return False
         if runs[-1][1] is None:
             runs[-1][1] = _runs(_part_line_stores(runs[-1][0], owner, lets), loops)

@@ -3,6 +3,7 @@ vector split of a tile's point loops. `tree.py` places them in the schedule tree
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import islpy as isl
 
@@ -17,6 +18,16 @@ def cache_tile(opts, n: int, exts: list[int]) -> tuple[int, ...]:
     while 2 * (2 * t) ** n * opts.elem_bytes <= opts.l1_bytes // 2:
         t *= 2
     return tuple(min(t, e) for e in exts[:n])
+
+
+class Plan(NamedTuple):
+    """A register-transpose tile (`transpose_plan`)."""
+    r: int  # the read's stride-1 dim
+    rows: list[int]  # the written dims after it, in write order
+    W: int
+    R: int
+    sizes: dict[int, int]  # dim -> tile size
+    partial: dict[int, int]  # dim -> its last full tile, where the tile does not divide it
 
 
 # vector registers the in-register transpose's input tile may fill (of 32 on AVX-512): a
@@ -64,9 +75,8 @@ def register_transpose_tile(stmts, exprs, coincident, opts, notes, where):
 
 
 def transpose_plan(s, names, coincident, opts):
-    """The register-transpose tile of statement `s` whose band runs the dims `names`:
-    (read stride-1 dim r, written dims after it, W, R, {dim: tile size}, {dim: last full tile}
-    where the tile does not divide it) or None."""
+    """The register-transpose tile (a Plan) of statement `s` whose band runs the dims `names`,
+    or None."""
     reads, writes = maps_of(s.reads), maps_of(s.writes)
     if s.name not in opts.copies or len(reads) != 1 or len(writes) != 1 or not all(coincident):
         return None
@@ -83,9 +93,9 @@ def transpose_plan(s, names, coincident, opts):
         # a streamed output needs tiles of whole lines, which a narrow tile may not give: yolo
         # [.., 3, 3, 512] -> [.., 512, 3, 3] float16 (~1373) 8 x 9 tiles store 144 bytes, 32 x 9
         # store 9 lines: 6.6 -> 5.3 ms, Zen 4, 2 threads, interleaved; 16 x 9 (288 bytes) 7.5
-        if tile is not None and line > 1 and not _whole(*tile, rows, ext, line):
+        if tile is not None and line > 1 and not _whole(tile, rows, ext, line):
             wide = _register_tile(lanes, r, rows, ext, line)
-            tile = wide if wide is not None and _whole(*wide, rows, ext, line) else tile
+            tile = wide if wide is not None and _whole(wide, rows, ext, line) else tile
     else:
         tile = _register_tile(lanes, r, rows, ext, line)
     if tile is None:
@@ -93,7 +103,7 @@ def transpose_plan(s, names, coincident, opts):
     W, R, sizes, partial = tile
     if R < 2:
         return None
-    return r, rows, W, R, {r: W, **sizes}, partial
+    return Plan(r, rows, W, R, {r: W, **sizes}, partial)
 
 
 def _register_tile(lanes, r, rows, ext, line):
@@ -115,6 +125,11 @@ def line_elements(s, opts) -> int:
     """Elements of the statement's widest written array in one cache line."""
     bits = max(opts.array_bits.get(m.get_tuple_name(isl.dim_type.out), 32) for m in maps_of(s.writes))
     return LINE_BYTES * 8 // bits
+
+
+def _row_budget(W, lanes) -> int:
+    """Rows of W elements that TRANSPOSE_REGISTERS registers of `lanes` elements hold."""
+    return TRANSPOSE_REGISTERS // -(-W // lanes)
 
 
 def _rows_for(W, budget, rows, ext):
@@ -140,9 +155,10 @@ def _partial_rows(W, budget, rows, ext):
     return W, R, {q: (R if q == d else 1) for q in rows}, {d: ext[d] // R - 1}
 
 
-def _whole(W, R, sizes, partial, rows, ext, line) -> bool:
+def _whole(tile, rows, ext, line) -> bool:
     """The (full) tile's stores fill whole lines: each of its W pieces is whole lines, or its
     rows are whole (the tile's output is one block of W x R elements) and so is the block."""
+    W, R, sizes, _ = tile
     return R % line == 0 or (all(sizes[d] == ext[d] for d in rows) and W * R % line == 0)
 
 
@@ -167,14 +183,14 @@ def _best_width(widths, lanes, rows, ext, line):
     producer 0.90-1.02x; on Zen 5 yolo ~4991, producer-fed, had gone 8.5 -> 9.0 ms)."""
     tiles = []
     for w in widths:
-        tiles.append((w, *_rows_for(w, TRANSPOSE_REGISTERS // -(-w // lanes), rows, ext), {}))
+        tiles.append((w, *_rows_for(w, _row_budget(w, lanes), rows, ext), {}))
         if line > 1 and pow2_at_least(w) * line <= TRANSPOSE_REGISTERS * lanes:
             t = (w, *_rows_for(w, line, rows, ext), {})
-            if _whole(*t, rows, ext, line):
+            if _whole(t, rows, ext, line):
                 tiles.append(t)
 
     def rank(t):
-        w = _whole(*t, rows, ext, line)
+        w = _whole(t, rows, ext, line)
         one_load = w and line > 1 and t[0] == pow2_at_least(t[0])
         return w, one_load, min(t[0], t[1], SHORT_SIDE), t[0] * t[1], t[1]
     best = max(tiles, key=rank)
@@ -185,8 +201,8 @@ def _best_width(widths, lanes, rows, ext, line):
     # 0.37x, ~6989 0.49x, ~9919 52 x 5 -> 52 x 8 0.62x, worst 1.06x. A wider tile to gain rows
     # ran slower where it changed W (17 x 13 -> 51 x 8, producer-fed, 1.08-1.29x): W stays.
     W = best[0]
-    part = _partial_rows(W, TRANSPOSE_REGISTERS // -(-W // lanes), rows, ext)
-    if part is not None and part[1] > best[1] and _whole(*part, rows, ext, line) >= _whole(*best, rows, ext, line):
+    part = _partial_rows(W, _row_budget(W, lanes), rows, ext)
+    if part is not None and part[1] > best[1] and _whole(part, rows, ext, line) >= _whole(best, rows, ext, line):
         return part
     return best
 

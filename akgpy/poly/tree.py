@@ -551,9 +551,9 @@ def _transpose_block(model, stmts, dims: dict[str, int], pinned, opts, notes, wh
         inner = prod(e for q, e in enumerate(extents(s)) if q not in pinned[s.name] and q != d)
         if any(stride1_dim(m) == d for m in maps_of(s.writes)):  # a transpose: its tile divides B
             plan = transpose_plan(s, names, [True] * len(names), opts)
-            if plan is None or d not in plan[4] or d in plan[5]:  # a partial tile divides no block
+            if plan is None or d not in plan.sizes or d in plan.partial:  # a partial tile divides no block
                 return None
-            quantum = lcm(quantum, plan[4][d])
+            quantum = lcm(quantum, plan.sizes[d])
             line = max(line, line_elements(s, opts))
             continue
         quantum = lcm(quantum, opts.lanes.get(s.name, 1) // gcd(opts.lanes.get(s.name, 1), inner))

@@ -49,7 +49,7 @@ class ScheduleConfig:
     stream_min_bytes: int = 64 << 20
     # a kernel that reads at least what it writes streams from this many bytes moved (below
     # stream_min_bytes, and only its stores of whole cache lines); 0 = no such kernels apart.
-    # default_config: the host's last-level cache where STREAM_POLICY_BY_CPU asks for it
+    # default_config: a number of the host's last-level caches by CPU (STREAM_READ_HEAVY_LLCS_BY_CPU)
     stream_read_heavy_min_bytes: int = 0
     # whether a kernel that writes more bytes than it reads streams too (see STREAM_POLICY_BY_CPU)
     stream_write_heavy: bool = False
@@ -178,9 +178,9 @@ def default_config(target=None) -> ScheduleConfig:
     except Exception:  # a target llvm.build will reject with its own error
         tgt, native_fp16 = None, False
     chains = NATIVE_FP16_CHAIN_REGISTERS if native_fp16 else ScheduleConfig.chain_registers
-    llc = host_llc_bytes()[0]
+    llc, mcpu = host_llc_bytes()[0], _mcpu(tgt)
     return ScheduleConfig(vector_bytes=vector_bytes, stream_min_bytes=2 * llc,
-                          stream_read_heavy_min_bytes=STREAM_READ_HEAVY_LLCS_BY_CPU.get(_mcpu(tgt), 0) * llc,
+                          stream_read_heavy_min_bytes=STREAM_READ_HEAVY_LLCS_BY_CPU.get(mcpu, 0) * llc,
                           l2_bytes=host_l2_bytes(), narrow_transpose_bytes=_narrow_transpose_bytes(tgt),
                           prefetch_bytes=PREFETCH_BYTES, chain_registers=chains,
-                          **STREAM_POLICY_BY_CPU.get(_mcpu(tgt), {}))
+                          **STREAM_POLICY_BY_CPU.get(mcpu, {}))

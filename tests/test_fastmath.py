@@ -177,3 +177,17 @@ def test_softplus_drops_the_special_cases_it_cannot_reach():
     v = b.input("x", (16, 256))
     b.output(b.log(b.exp(-b.abs(v))))
     assert 'T.float32("-inf")' in akgpy.fuse(b.build()).kernels[0].tir
+
+
+def test_exp_takes_n_and_2_to_the_n_from_one_add():
+    """exp's range reduction rounds x log2(e) by adding 1.5 * 2^23 + 127 (fastmath.EXP_MAGIC):
+    n is that sum less the constant and 2^n its low bits shifted into the exponent field, with
+    no floor (vrndscaleps) and no float -> int conversion in the kernel, which at 16 lanes was
+    4 of the exp's ~24 vector ops. Accuracy: test_accuracy_on_a_dense_grid."""
+    b = GraphBuilder("exp_ops")
+    v = b.input("x", (16, 1024))
+    b.output(b.exp(v))
+    prog = akgpy.fuse(b.build())
+    asm = prog.kernels[0]._executable.mod.inspect_source("s")
+    assert re.search(r"^\s+vfmadd\w*ps\b", asm, re.M)  # the kernel is the polynomial one
+    assert not re.search(r"^\s+(vrndscaleps|vroundps|vcvt\w*ps2dq)\b", asm, re.M)

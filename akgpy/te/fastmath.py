@@ -53,28 +53,39 @@ def exp(x, rng=None):
     return _let(x, lambda x: _exp(x, high, low))
 
 
+# t = x log2(e) + EXP_MAGIC rounds x log2(e) to the nearest integer n (t's ulp is 1 in
+# [2^23, 2^24)), leaving n + 127 in t's low mantissa bits: n as a float is t - EXP_MAGIC and 2^n
+# is those bits shifted into the exponent field (the constant's own bits shift out). This is
+# two ops where floor, a float->int conversion and the bias add were four.
+EXP_MAGIC = 12582912.0 + 127.0  # 1.5 * 2^23 + the exponent bias
+_EXP_MAGIC_BITS = 0x4B400000 + 127  # its bit pattern: n = 0 in the low bits
+
+
 def _exp(x, high, low):
     xc = tirx.min(x, _c(88.72283935546875)) if high else x
     xc = tirx.max(xc, _c(-88.3762626647949)) if low else xc
-    return _let(xc, lambda xc: _let(te.floor(xc * _c(1.44269504088896341) + _c(0.5)),
-                                    lambda n: _exp_reduced(x, xc, n, high)))
+    return _let(xc, lambda xc: _let(xc * _c(1.44269504088896341) + _c(EXP_MAGIC),
+                                    lambda t: _exp_reduced(x, xc, t, high)))
 
 
-def _exp_reduced(x, xc, n, high):
-    r = xc - n * _c(0.693359375) - n * _c(-2.12194440e-4)  # ln 2 in two parts: r is exact
-    return _let(r, lambda r: _exp_poly(x, n, r, high))
+def _exp_reduced(x, xc, t, high):
+    return _let(t - _c(EXP_MAGIC), lambda n: _let(
+        xc - n * _c(0.693359375) - n * _c(-2.12194440e-4),  # ln 2 in two parts: r is exact
+        lambda r: _exp_poly(x, t, r, high)))
 
 
-def _exp_poly(x, n, r, high):
+def _exp_poly(x, t, r, high):
+    # Cephes' 1 + r + r^2 P(r) as one Horner chain, 1 + r (1 + r P(r)): one op fewer, and the
+    # extra rounding of (1 + r P) weighs |r| <= ln(2)/2 of an ulp (tests: within 2 ulp)
     y = _horner((1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
-                 5.0000001201e-1), r)
-    y = y * r * r + r + _c(1.0)
-    ni = n.astype("int32")
-    # 2^n from the exponent bits; n = 128 (x just below ln(FLT_MAX)) is 2^127 * 2
-    e = (tirx.min(ni, tirx.const(127, "int32")) if high else ni) + tirx.const(127, "int32")
-    res = y * tirx.reinterpret(F32, tirx.shift_left(e, tirx.const(23, "int32")))
+                 5.0000001201e-1, 1.0, 1.0), r)
+    bits = tirx.reinterpret("int32", t)
+    i32 = (lambda v: tirx.const(v, "int32"))
+    # n = 128 (x just below ln(FLT_MAX)) is 2^127 * 2: its exponent field would read as inf
+    e = tirx.min(bits, i32(_EXP_MAGIC_BITS + 127)) if high else bits
+    res = y * tirx.reinterpret(F32, tirx.shift_left(e, i32(23)))
     if high:
-        res = res * tirx.Select(ni > tirx.const(127, "int32"), _c(2.0), _c(1.0))
+        res = res * tirx.Select(bits > i32(_EXP_MAGIC_BITS + 127), _c(2.0), _c(1.0))
         res = tirx.Select(x > _c(88.72283935546875), _c(float("inf")), res)
     return tirx.Select(_is_number(x), res, x)  # NaN stays NaN
 
@@ -132,15 +143,20 @@ def _log(x, normal, finite):
     return _let(tirx.reinterpret(i32, xs), lambda bits: _log_bits(x, tiny, bits, finite))
 
 
+# log(x) = k ln 2 + log(z) with z = x / 2^k in [sqrt(1/2), sqrt(2)): subtracting sqrt(1/2)'s bits
+# carries into the exponent field exactly when the mantissa is at least sqrt(1/2)'s, so k is
+# that difference's exponent field and z is x's bits less k in the exponent (6 integer/float
+# ops; extracting the field, then testing and adjusting the mantissa, took 10)
+_SQRT_HALF_BITS = 0x3F3504F3
+
+
 def _log_bits(x, tiny, bits, finite):
-    i32 = "int32"
-    e = (tirx.shift_right(bits, tirx.const(23, i32)) & tirx.const(0xFF, i32)) - tirx.const(126, i32)
+    i32 = (lambda v: tirx.const(v, "int32"))
+    k = tirx.shift_right(bits - i32(_SQRT_HALF_BITS), i32(23))  # arithmetic: x < 1/2 gives k < 0
+    m = tirx.reinterpret(F32, bits - tirx.shift_left(k, i32(23))) - _c(1.0)
     if tiny is not None:
-        e = e - tirx.Select(tiny, tirx.const(23, i32), tirx.const(0, i32))
-    m = tirx.reinterpret(F32, (bits & tirx.const(-2139095041, i32)) | tirx.const(0x3F000000, i32))  # [0.5, 1)
-    low = m < _c(0.707106781186547524)
-    ef = (e - tirx.Select(low, tirx.const(1, i32), tirx.const(0, i32))).astype(F32)
-    m = tirx.Select(low, m + m, m) - _c(1.0)
+        k = k - tirx.Select(tiny, i32(23), i32(0))
+    ef = k.astype(F32)
     return _let(m, lambda m: _let(ef, lambda ef: _log_poly(x, m, ef, tiny is not None, finite)))
 
 

@@ -43,25 +43,67 @@ def merge_parts(model: PolyModel, deps: Deps, groups, independent: bool):
     those members: as many as all parts share (bert ~4253: batch and row, so the row sum reads
     the row its producer just wrote, from L1, not the 2.3 MB of rows a batch wrote before);
     below them each part keeps its own structure. Parts with no dependence between them (they
-    only share inputs) merge only when `independent` (ScheduleConfig.input_fusion)."""
+    only share inputs) merge only when `independent` (ScheduleConfig.input_fusion).
+    A group's depth bounds every later member's, so the order of merges matters: an NZ
+    softmax's small mask part, merged first at one loop, held its max/exp and sum/divide parts
+    to that loop (~1004), the exp rows going through memory. Three ways are tried and the one
+    sharing the most loops wins (ties: the first): one pass over all neighbours; the dependent
+    neighbours first, then the independent ones into groups of one shared loop at most; the
+    same, where a part does not join the group before it in fewer loops than it would share
+    with the part after it (`ahead`)."""
+    def two_pass(ahead):
+        out = _merge(model, deps, groups, False, ahead=ahead)
+        return _merge(model, deps, out, True, light=True) if independent else out
+    best = _merge(model, deps, groups, independent)
+    for out in (two_pass(False), two_pass(True)):
+        if _shared(out) > _shared(best):
+            best = out
+    return best
+
+
+def _shared(groups) -> int:
+    """The loops merging saves: per group, its shared loops times the parts beyond its first."""
+    return sum(len(g.upas) * (len(g.parts) - 1) for _, g in groups if isinstance(g, Merged))
+
+
+def _merge(model, deps, groups, independent: bool, ahead: bool = False, light: bool = False):
+    """One pass of merge_parts over `groups`. `light`: a pass after the dependent merges,
+    which leaves a group of more than one shared loop as it is. `ahead`: a part does not join
+    the group before it in fewer loops than it would share with the part after it (that
+    group's depth bounds every later member's)."""
+    deeper = [0] * len(groups)
+    if ahead:
+        for i in range(1, len(groups) - 1):
+            pair = _merge(model, deps, groups[i:i + 2], independent)
+            deeper[i] = len(pair[0][1].upas) if len(pair) == 1 else 0
     out = [groups[0]]
-    for filt, band in groups[1:]:
+    for i, (filt, band) in enumerate(groups[1:], 1):
         pfilt, prev = out[-1]
         parts = prev.parts if isinstance(prev, Merged) else [(pfilt, prev)]
         fwd = deps.validity.intersect_domain(pfilt).intersect_range(filt)
-        bands = [b for _, b in parts] + [band]
+        if light and (isinstance(band, Merged) or (isinstance(prev, Merged) and len(prev.upas) > 1)):
+            out.append((filt, band))
+            continue
         upas, rows, dependent = [], {}, not fwd.is_empty()
+        # a band that a merge aligned keeps its order (its shared members lead); the others'
+        # members may be matched in any order where the band is permutable and a dependence
+        # ties the parts' dims together (without one, any two dims of one extent would match:
+        # yolo's independent transposes then shared a loop over 3 channels with 3 kernel rows)
+        free = dependent and not isinstance(prev, Merged)
+        bands = [(b, _order(b) if free else None) for _, b in parts] + [(band, _order(band) if dependent else None)]
         if independent or dependent:
             # parts that only share inputs keep one shared loop: deeper, yolo ~1373's seven
             # independent transposes ran 10.6 instead of 7.6 ms
             most = math.inf if dependent else 1
-            # the first shared loop may walk a stride-1 dim when the parts depend on each other
-            # (the consumer reads what its producer just wrote); independent parts gain nothing
-            # from it and would lose their vector loops (resnet's 7 elementwise parts of
-            # [1024, 256] / [256, 1024] each, ~2248: 7.7 ms, 13x the plain schedule)
-            while len(upas) < most and (got := _shared_member(model, bands, len(upas))) is not None \
-                    and ((not upas and dependent) or not _walks_stride1(model, rows, got[1])) \
-                    and _same_iteration(model, deps, upas + [got[0]], fwd, pfilt, filt):
+
+            def fits(upa, got):
+                # the first shared loop may walk a stride-1 dim when the parts depend on each
+                # other (the consumer reads what its producer just wrote); independent parts gain
+                # nothing from it and would lose their vector loops (resnet's 7 elementwise parts
+                # of [1024, 256] / [256, 1024] each, ~2248: 7.7 ms, 13x the plain schedule)
+                return ((not upas and dependent) or not _walks_stride1(model, rows, got)) \
+                    and _same_iteration(model, deps, upas + [upa], fwd, pfilt, filt)
+            while len(upas) < most and (got := _shared_member(model, bands, len(upas), fits)):
                 upas.append(got[0])
                 for n, d in got[1].items():
                     rows[n] = rows.get(n, ()) + (d,)
@@ -69,28 +111,73 @@ def merge_parts(model: PolyModel, deps: Deps, groups, independent: bool):
             if isinstance(prev, Merged):
                 upas = upas[:len(prev.upas)]
                 rows = {n: d[:len(upas)] for n, d in rows.items()}
-        if upas:
-            out[-1] = (pfilt.union(filt), Merged(upas, rows, parts + [(filt, band)]))
+        if upas and len(upas) >= deeper[i]:
+            aligned = [_permuted(b, order) if order and order != sorted(order) else b for b, order in bands]
+            out[-1] = (pfilt.union(filt), Merged(upas, rows, [(f, b) for (f, _), b in zip(parts + [(filt, band)], aligned)]))
             continue
         out.append((filt, band))
     return out
 
 
-def _shared_member(model, bands, q: int):
-    """(union of the bands' members q, {statement: its dim}) when each maps every statement to
-    one of its own dims, with one constant and one extent across all, and each is coincident."""
-    upa, rows, seen = None, {}, set()
-    for band in bands:
-        if band is None or band.band_n_member() <= q or not band.band_member_get_coincident(q):
+def _order(band) -> list[int] | None:
+    """The band's member positions, to be reordered as members are matched; None for a band
+    that keeps its order (not permutable)."""
+    return list(range(band.band_n_member())) if band is not None and band.band_get_permutable() else None
+
+
+def _member(band, q: int):
+    """(band member q, {statement: (dim, constant)}) when it maps every statement to one of its
+    own dims plus a constant and is coincident; else None."""
+    if band is None or band.band_n_member() <= q or not band.band_member_get_coincident(q):
+        return None
+    member = band.band_get_partial_schedule().get_at(q)
+    hits = member_dims(member)
+    return None if any(h is None for h in hits.values()) else (member, hits)
+
+
+def _shared_member(model, bands, q: int, fits):
+    """(union of the bands' members q, {statement: its dim}), each member one of the
+    statement's own dims with one constant and one extent across all, and coincident, and
+    `fits(union, rows)`. isl orders each part's band on its own, so two parts may walk the same
+    rows in other orders (an NZ softmax: (i1, i3, i4, i0) for the max and exp, (i1, i0, i3, i4)
+    for the sum): for a band with an `order` the member is searched among its members not yet
+    shared (order[q:]) and moved to order[q]; a band without one offers its member q only."""
+    def search(k, upa, rows, seen):
+        if k == len(bands):
+            return (upa, rows) if len(seen) == 1 and fits(upa, rows) else None
+        band, order = bands[k]
+        if band is None:
             return None
-        member = band.band_get_partial_schedule().get_at(q)
-        for name, hit in member_dims(member).items():
-            if hit is None:
-                return None
-            rows[name] = hit[0]
-            seen.add((hit[1], extents(model.statement(name))[hit[0]]))
-        upa = member if upa is None else upa.union_add(member)
-    return (upa, rows) if len(seen) == 1 else None
+        tries = range(q, len(order)) if order is not None else [q]
+        for t in tries:
+            got = _member(band, order[t] if order is not None else t)
+            if got is None:
+                continue
+            keys = seen | {(c, extents(model.statement(n))[d]) for n, (d, c) in got[1].items()}
+            if len(keys) != 1:
+                continue
+            found = search(k + 1, got[0] if upa is None else upa.union_add(got[0]),
+                           dict(rows, **{n: d for n, (d, _) in got[1].items()}), keys)
+            if found is not None:
+                if order is not None:
+                    order.insert(q, order.pop(t))
+                return found
+        return None
+    return search(0, None, {}, set())
+
+
+def _permuted(band, order: list[int]):
+    """The permutable `band` with its members in `order` (each keeps its coincidence)."""
+    mupa = band.band_get_partial_schedule()
+    lst = isl.UnionPwAffList.alloc(mupa.get_ctx(), len(order))
+    for pos in order:
+        lst = lst.add(mupa.get_at(pos))
+    co = [band.band_member_get_coincident(pos) for pos in order]
+    node = band.delete().insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff_list(mupa.get_space(), lst))
+    node = node.band_set_permutable(1)
+    for q, c in enumerate(co):
+        node = node.band_member_set_coincident(q, c)
+    return node
 
 
 def _walks_stride1(model, rows: dict[str, tuple[int, ...]], got: dict[str, int]) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import tvm_ffi
 from tvm import ir, s_tir, tirx
-from tvm.sym import detect_linear_equation
+from tvm.sym import Analyzer, detect_linear_equation
 
 from ..te.builders import largest_divisor
 from ..te.lower import Lowered
@@ -109,6 +109,12 @@ def contiguous_iter(blk) -> int | None:
             best, size = last, n
     if best is None:
         return None
+    # a reshape leaves k % 16 or k // 16 + j for a k of extent 16: simplified over the iter
+    # vars' ranges, the index is the var it is
+    ana = Analyzer()
+    for iv in blk.iter_vars:
+        ana.bind(iv.var, iv.dom)
+    best = ana.simplify(best)
     for q, iv in enumerate(blk.iter_vars):
         if best.same_as(iv.var):
             return q

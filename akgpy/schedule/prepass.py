@@ -112,7 +112,11 @@ def rfactor_rows(sch, names: list[str], roles: dict[str, str], cfg: ScheduleConf
             lanes = max([lanes] + [m for m in range(step, min(step * regs, ext // steps) + 1, step) if ext % m == 0])
         while lanes >= 8 and ext % lanes:
             lanes //= 2  # rows of 1000: 8 partials, half a float32 register, not a scalar chain
-        if lanes < 4 or ext < steps * lanes or ext % lanes:
+        # each partial also takes a term per point of the other reduced axes: a max over an NZ
+        # tile's [32, 16] (the 16 contiguous) is 16 partials of 32 terms, not a scalar chain
+        # (the NZ softmaxes ~1580 and ~1004 ran their 100M-element max scalar)
+        others = prod(_int(iv.dom.extent) for iv in blk.iter_vars[:-1] if int(iv.iter_type) == 2)
+        if lanes < 4 or ext * others < steps * lanes or ext % lanes:
             continue
         try:
             _, ki = sch.split(loops[-1], [None, lanes])

@@ -19,6 +19,10 @@ def _c(v: float):
     return tirx.const(v, F32)
 
 
+def _i(v: int):
+    return tirx.const(v, "int32")
+
+
 def _dtype(x) -> str:
     return str(x.ty)
 
@@ -80,12 +84,11 @@ def _exp_poly(x, t, r, high):
     y = _horner((1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
                  5.0000001201e-1, 1.0, 1.0), r)
     bits = tirx.reinterpret("int32", t)
-    i32 = (lambda v: tirx.const(v, "int32"))
     # n = 128 (x just below ln(FLT_MAX)) is 2^127 * 2: its exponent field would read as inf
-    e = tirx.min(bits, i32(_EXP_MAGIC_BITS + 127)) if high else bits
-    res = y * tirx.reinterpret(F32, tirx.shift_left(e, i32(23)))
+    e = tirx.min(bits, _i(_EXP_MAGIC_BITS + 127)) if high else bits
+    res = y * tirx.reinterpret(F32, tirx.shift_left(e, _i(23)))
     if high:
-        res = res * tirx.Select(bits > i32(_EXP_MAGIC_BITS + 127), _c(2.0), _c(1.0))
+        res = res * tirx.Select(bits > _i(_EXP_MAGIC_BITS + 127), _c(2.0), _c(1.0))
         res = tirx.Select(x > _c(88.72283935546875), _c(float("inf")), res)
     return tirx.Select(_is_number(x), res, x)  # NaN stays NaN
 
@@ -151,11 +154,10 @@ _SQRT_HALF_BITS = 0x3F3504F3
 
 
 def _log_bits(x, tiny, bits, finite):
-    i32 = (lambda v: tirx.const(v, "int32"))
-    k = tirx.shift_right(bits - i32(_SQRT_HALF_BITS), i32(23))  # arithmetic: x < 1/2 gives k < 0
-    m = tirx.reinterpret(F32, bits - tirx.shift_left(k, i32(23))) - _c(1.0)
+    k = tirx.shift_right(bits - _i(_SQRT_HALF_BITS), _i(23))  # arithmetic: x < sqrt(1/2) gives k < 0
+    m = tirx.reinterpret(F32, bits - tirx.shift_left(k, _i(23))) - _c(1.0)
     if tiny is not None:
-        k = k - tirx.Select(tiny, i32(23), i32(0))
+        k = k - tirx.Select(tiny, _i(23), _i(0))
     ef = k.astype(F32)
     return _let(m, lambda m: _let(ef, lambda ef: _log_poly(x, m, ef, tiny is not None, finite)))
 

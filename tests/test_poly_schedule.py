@@ -323,6 +323,25 @@ def test_a_scalar_tail_joins_the_batch_even_with_a_broadcast_operand():
     assert not check_program(g, prog)
 
 
+def test_a_tail_with_a_vector_stops_before_an_operand_it_would_gather():
+    """yolo's IoU: boxes [n, 13, 13, 3, 1, 2] against truths [n, 1, 1, 1, 50, 2]. The [50, 2]
+    tail holds vectors (100 = 6 x 16 + 4); coalesced on through the anchors and the grid, the
+    truths' index is the linear member modulo 100, gathered lane by lane, the boxes' one
+    divided by 100 (kernel alone, A/B: the three corpus graphs ~9556785, ~1470089, ~3174406
+    1.31 -> 0.12, 5.5 -> 0.51 and 21.7 -> 4.3 ms). Only joining the parallel member was checked
+    for this before; any member is now."""
+    b = GraphBuilder("iou")
+    boxes = b.input("boxes", (4, 13, 13, 3, 1, 2))
+    truth = b.input("truth", (4, 1, 1, 1, 50, 2))
+    b.output(b.maximum(b.minimum(boxes, truth) - b.maximum(boxes * 0.5, truth * 0.5), 0.0))
+    g = b.build()
+    prog = akgpy.fuse(g, config=WIDE)
+    text = prog.explain()
+    assert "members 4..5 coalesced into one of 100 iterations" in text, text[:3000]
+    assert "% 100" not in prog.kernels[0].tir
+    assert not check_program(g, prog)
+
+
 def test_a_complex_add_gets_the_tree_passes():
     """A complex op reads a value's real and imaginary parts (x[i, j, 0] and x[i, j, 1]) in one
     statement: an access that is not single-valued, which every pass reading it as one index

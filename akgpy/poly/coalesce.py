@@ -47,7 +47,7 @@ def coalesce_tail(model, stmts, exprs, coincident, opts, notes, where, first: in
         rows = total >= lanes and any(_broadcast_above(s, exprs[s.name][q - 1], exprs[s.name][q:]) for s in stmts)
         # joining the first member to a tail that vectorises (with a remainder) must not gather
         # an operand; a tail that stays scalar without it gains from any vector
-        if rows or (q - 1 < first and pow2_lanes(total, lanes) >= 4 and
+        if rows or (pow2_lanes(total, lanes) >= 4 and
                     any(_broadcast_below(s, exprs[s.name][q - 1], exprs[s.name][q:], lanes) for s in stmts)):
             break
         q -= 1

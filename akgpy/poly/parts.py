@@ -54,8 +54,11 @@ def merge_parts(model: PolyModel, deps: Deps, groups, independent: bool):
     def two_pass(ahead):
         out = _merge(model, deps, groups, False, ahead=ahead)
         return _merge(model, deps, out, True, light=True) if independent else out
+    # without independent merges the plain two-pass order is the one pass; `ahead` needs a part
+    # with neighbours on both sides
     best = _merge(model, deps, groups, independent)
-    for out in (two_pass(False), two_pass(True)):
+    for ahead in ([False] if independent else []) + ([True] if len(groups) > 2 else []):
+        out = two_pass(ahead)
         if _shared(out) > _shared(best):
             best = out
     return best

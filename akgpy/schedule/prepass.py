@@ -100,22 +100,23 @@ def rfactor_rows(sch, names: list[str], roles: dict[str, str], cfg: ScheduleConf
         lanes = max(cfg.vector_bytes * 8 // max(acc_bits, 8), 1)
         ext = _int(sch.get(loops[-1]).extent)
         steps = 2  # a partial sum's fewest terms per row: one would only copy the row
+        # the terms each partial takes per point of the row: the other reduced axes' points
+        others = prod(_int(iv.dom.extent) for iv in blk.iter_vars[:-1] if int(iv.iter_type) == 2)
         if wide_partials(blk) and ext >= 4 * lanes:
             # whole float32 registers of math per step: up to cfg.math_registers and two steps a
             # row; where the partials also sum over other reduced axes (a full sum), up to
             # cfg.sum_math_registers and one step a row (ACROSS_ROWS above)
             step = 2 * lanes
-            if prod(_int(iv.dom.extent) for iv in blk.iter_vars[:-1] if int(iv.iter_type) == 2) >= ACROSS_ROWS:
+            if others >= ACROSS_ROWS:
                 regs, steps = cfg.sum_math_registers, 1
             else:
                 regs = cfg.math_registers
             lanes = max([lanes] + [m for m in range(step, min(step * regs, ext // steps) + 1, step) if ext % m == 0])
         while lanes >= 8 and ext % lanes:
             lanes //= 2  # rows of 1000: 8 partials, half a float32 register, not a scalar chain
-        # each partial also takes a term per point of the other reduced axes: a max over an NZ
-        # tile's [32, 16] (the 16 contiguous) is 16 partials of 32 terms, not a scalar chain
-        # (the NZ softmaxes ~1580 and ~1004 ran their 100M-element max scalar)
-        others = prod(_int(iv.dom.extent) for iv in blk.iter_vars[:-1] if int(iv.iter_type) == 2)
+        # a row of exactly `lanes` still splits when other reduced axes give each partial its
+        # terms: a max over an NZ tile's [32, 16] (the 16 contiguous) is 16 partials of 32 terms,
+        # not a scalar chain (the NZ softmaxes ~1580 and ~1004 ran their 100M-element max scalar)
         if lanes < 4 or ext * others < steps * lanes or ext % lanes:
             continue
         try:

@@ -370,6 +370,23 @@ def test_rows_of_a_bias_are_not_coalesced_with_the_batch():
     assert not check_program(g, prog)
 
 
+def test_a_row_with_whole_registers_is_not_coalesced_across_a_bias():
+    """yolo's bias + NHWC -> NCHW transpose ~7398551: [32, 26, 26, 255] float16 + [255]. A row
+    of 255 holds 7 whole registers and a remainder of 31; coalesced with the pixels into 172380,
+    the bias was read as bias[L mod 255] lane by lane (kernel alone, A/B: 4.4 -> 1.0 ms, its
+    [32, 52, 52, 255] sibling 9.3 -> 3.7). Rows that hold no register still coalesce (above)."""
+    b = GraphBuilder("bias_rows_255")
+    x = b.input("x", (2, 6, 6, 255), "float16")
+    w = b.input("w", (255,), "float16")
+    b.output(b.transpose(x + w, (0, 3, 1, 2)))
+    g = b.build()
+    prog = akgpy.fuse(g, config=WIDE)
+    text = prog.explain()
+    assert "coalesced" not in text and "a remainder of 31" in text, text[:3000]
+    assert "% 255" not in prog.kernels[0].tir
+    assert not check_program(g, prog)
+
+
 @pytest.mark.parametrize("batch,grid,coalesced", [(4, 52, "members 1..3 coalesced into one of 8112 "),
                                                   (32, 52, "members 1..3 coalesced into one of 8112 "),
                                                   (32, 26, "members 0..3 coalesced into one of 64896 ")])

@@ -45,9 +45,13 @@ def coalesce_tail(model, stmts, exprs, coincident, opts, notes, where, first: in
             all(_contiguous_tail(s, exprs[s.name][q - 1:], opts.shapes) for s in stmts):
         # rows of a register or more whose broadcast operand changes between them stay rows
         rows = total >= lanes and any(_broadcast_above(s, exprs[s.name][q - 1], exprs[s.name][q:]) for s in stmts)
-        # joining the first member to a tail that vectorises (with a remainder) must not gather
-        # an operand; a tail that stays scalar without it gains from any vector
-        if rows or (pow2_lanes(total, lanes) >= 4 and
+        # joining a member to a tail that vectorises must not gather an operand: the tail does
+        # when a power of two of 4 lanes or more divides it, or, still the innermost member
+        # alone, as whole registers and a shorter remainder loop when it holds two
+        # (tree._vector_split; yolo's bias [255] on [32, 26, 26, 255] coalesced to 172380 read
+        # bias[L mod 255] lane by lane, 3.6x slower than 7 registers and a remainder of 31 per
+        # row); a tail that stays scalar without it gains from any vector
+        if rows or ((pow2_lanes(total, lanes) >= 4 or (q == last and total >= 2 * lanes)) and
                     any(_broadcast_below(s, exprs[s.name][q - 1], exprs[s.name][q:], lanes) for s in stmts)):
             break
         q -= 1

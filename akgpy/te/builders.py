@@ -336,8 +336,12 @@ def _reduce(kind: str):
         # most of a softmax). Narrower ones keep the chain: int8 sums ran slower in 8 one-byte
         # lanes, and float16 compares would convert each lane; but a float16 max is exact in
         # float32, and takes float32 lanes: [8192, 999] 5.9 -> 0.40 ms, bert's log-softmax max
-        # over 30522 words [1824, 30522] 24.8 -> 3.2 ms (kernel alone, A/B)
-        if kind == "max" and acc_dt == "float16" and lw.vector_math and _takes_lanes(xs, inner_axes, exts):
+        # over 30522 words [1824, 30522] 24.8 -> 3.2 ms (kernel alone, A/B). So does every
+        # float16 max: the row rfactor's float16 partials converted each lane back after its
+        # compare, and their final reduction was a chain of 32 such steps per row (softmax over
+        # [16, 16, 128, 128] 3.05 -> 1.96 ms; the five other corpus graphs with a float16 max,
+        # bert's softmaxes and the NZ ones, 0.78-0.89x)
+        if kind == "max" and acc_dt == "float16" and lw.vector_math:
             acc_dt = "float32"
         wide_acc = dtypes.to_numpy(acc_dt).itemsize >= 4
         lanes = _lane_split(lw, x.desc.name, xs, inner_axes, exts) if lw.vector_math and (chunk_shape or wide_acc) else 0

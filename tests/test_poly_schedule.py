@@ -592,10 +592,10 @@ def test_long_rows_without_a_fitting_divisor_stay_whole_and_sum_in_lanes():
 
 
 def test_a_float16_max_over_an_odd_row_takes_float32_lanes():
-    """A float16 max keeps a float16 accumulator, which takes no lanes (each compare would
-    convert). Over a row that no vector width divides that left a scalar chain: bert's
-    log-softmax max over 30522 words (with the sum above: 50 -> 28 ms). The max is exact in
-    float32, so that row takes float32 lanes and a tail; -inf rows stay -inf."""
+    """A float16 accumulator takes no interleaved lanes (each compare would convert). Over a row
+    that no vector width divides that left a scalar chain: bert's log-softmax max over 30522
+    words (with the sum above: 50 -> 28 ms). The max is exact in float32, so it accumulates
+    there, and that row takes float32 lanes and a tail; -inf rows stay -inf."""
     b = GraphBuilder("odd_max")
     x = b.input("x", (16, 6 * 2053), "float16")
     b.output(x.max(axis=(1,), keepdims=True))

@@ -156,6 +156,29 @@ def test_column_sums_read_two_cache_lines_per_row_step(dtype, vector_bytes, lane
     assert not check_program(g, prog)
 
 
+@pytest.mark.parametrize("math", [False, True])
+def test_a_column_sum_whose_row_has_a_remainder_runs_in_column_blocks(math):
+    """Rows of 2050 float32 (8 x 256 + 2) keep one float64 register per row step: wider vectors
+    need whole blocks of two cache lines. That read 32 bytes a row, a new page each step (bert's
+    output-bias gradient [1216, 30522]: ~1222 9.4 -> 5.9 ms, case5 11.6 -> 6.5, kernel alone,
+    A/B); blocks of a few KB of each row, 8 rows a step, outermost, go through the rows in long
+    runs. An exp in the summand keeps one vector per block: its arithmetic bounds it."""
+    b = GraphBuilder("odd_column_sum")
+    x = b.input("x", (64, 2050))
+    b.output(b.reduce_sum(b.exp(x * 0.01) if math else x, axis=(0,)))
+    g = b.build()
+    prog = akgpy.fuse(g, config=WIDE)
+    text = prog.explain()
+    assert "split by 8 lanes (256 full, a remainder of 2)" in text, text[:3000]
+    blocks = "column blocks of 256 (1024 bytes of each input row) outermost (parallel), 8 rows a step"
+    assert (blocks in text) != math, text[:3000]
+    assert ("vector blocks of i0 outermost" in text) == math, text[:3000]
+    tir = prog.kernels[0].tir
+    assert "T.vectorized(8)" in tir and "T.vectorized(2)" in tir, tir
+    for _ in range(3):  # blocks run in parallel: a race would show as a wrong sum
+        assert not check_program(g, prog)
+
+
 def test_fusion_depth_knob_unfuses_and_stays_correct():
     g = _softmax()
     fused = akgpy.fuse(g)

@@ -46,6 +46,7 @@ from .isl_util import maps_of, sets_of
 from .parts import Merged, member_dims, merge_parts
 from .model import PolyModel, Statement
 from .coalesce import coalesce_tail, extent_of
+from .columns import column_blocks
 from .tiles import cache_tile, line_elements, register_transpose_tile, transpose_plan, vector_tile
 
 _T = isl.schedule_node_type
@@ -75,6 +76,9 @@ class TreeOptions:
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # isl array of a kernel argument -> its shape
     array_bits: dict[str, int] = field(default_factory=dict)  # isl array -> element bits (32 when absent)
     streams: bool = False  # the kernel's large outputs stream where their stores fill whole cache lines
+    # statements bound by their arithmetic per element (vector math, a float16 rounding chain),
+    # not by how they walk memory: column reductions among them keep one vector per block
+    heavy: frozenset = frozenset()
 
 
 @dataclass
@@ -333,7 +337,9 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
     split = got is None and (tail is not None or dims[last] in writes) and _vector_split(
         model, opts, [s], exprs, coincident, last, notes, s.name, isolate if tail is None else None,
         tail=tail, widen=widen)
-    if split and column:
+    if split and column and column_blocks(model, s, s.dims[dims[last]], exprs, coincident, isolate, opts, notes):
+        pass  # blocks of a few KB of each row, several rows a step (columns.py)
+    elif split and column:
         # a column reduction: the block of columns goes outermost, so blocks run in parallel
         # and each step of the reduction reads one contiguous block per row
         exprs[s.name].insert(0, exprs[s.name].pop(last))

@@ -231,6 +231,8 @@ def _tree_options(func, model, cfg: ScheduleConfig, streams: bool = False) -> Tr
         if cfg.math_registers > registers.get(s.name, 1) and uses_vector_math(blocks[s.block]) \
                 and prod(extents(s)) >= WIDE_MATH_INSTANCES:
             registers[s.name], chains[s.name] = cfg.math_registers, "a latency-bound chain of vector math (exp/log/tanh)"
+    heavy = frozenset(s.name for s in model.statements if s.block in blocks and (
+        uses_vector_math(blocks[s.block]) or roundings(blocks[s.block]) >= CHAIN_ROUNDINGS))
     copies = frozenset(s.name for s in model.statements
                        if s.kind == "compute" and s.block in blocks and copy_parts(blocks[s.block]) is not None)
     narrow = {}  # copies of elements under 32 bits: their register transposes' lanes
@@ -239,7 +241,8 @@ def _tree_options(func, model, cfg: ScheduleConfig, streams: bool = False) -> Tr
             elem = max(map(array_bits, maps_of(s.writes.union(s.reads))))
             if elem < 32:
                 narrow[s.name] = min(lanes[s.name], max(cfg.narrow_transpose_bytes * 8 // elem, 1))
-    return TreeOptions(lanes=lanes, registers=registers, chains=chains, column_registers=column, copies=copies,
+    return TreeOptions(lanes=lanes, registers=registers, chains=chains, column_registers=column, heavy=heavy,
+                       copies=copies,
                        transpose_lanes=narrow, tile=cfg.tile,
                        l1_bytes=cfg.l1_bytes, l2_bytes=cfg.l2_bytes, stride1_innermost=cfg.stride1_innermost,
                        fusion_depth=cfg.fusion_depth, parallel=cfg.parallel, min_parallel=cfg.min_parallel,

@@ -337,11 +337,10 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
     split = got is None and (tail is not None or dims[last] in writes) and _vector_split(
         model, opts, [s], exprs, coincident, last, notes, s.name, isolate if tail is None else None,
         tail=tail, widen=widen)
-    if split and column and column_blocks(model, s, s.dims[dims[last]], exprs, coincident, isolate, opts, notes):
-        pass  # blocks of a few KB of each row, several rows a step (columns.py)
-    elif split and column:
-        # a column reduction: the block of columns goes outermost, so blocks run in parallel
-        # and each step of the reduction reads one contiguous block per row
+    if split and column and not column_blocks(model, s, s.dims[dims[last]], exprs, coincident, isolate, opts, notes):
+        # a column reduction (unless it runs in blocks of rows, columns.py): the block of
+        # columns goes outermost, so blocks run in parallel and each step of the reduction
+        # reads one contiguous block per row
         exprs[s.name].insert(0, exprs[s.name].pop(last))
         coincident.insert(0, coincident.pop(last))
         isolate = {0: isolate[last]} if last in isolate else {}

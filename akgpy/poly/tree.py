@@ -76,8 +76,8 @@ class TreeOptions:
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # isl array of a kernel argument -> its shape
     array_bits: dict[str, int] = field(default_factory=dict)  # isl array -> element bits (32 when absent)
     streams: bool = False  # the kernel's large outputs stream where their stores fill whole cache lines
-    # statements bound by their arithmetic per element (vector math, a float16 rounding chain),
-    # not by how they walk memory: column reductions among them keep one vector per block
+    # reduction updates bound by their arithmetic per element (vector math, a float16 rounding
+    # chain), not by how they walk memory: column reductions among them keep one vector per block
     heavy: frozenset = frozenset()
 
 

@@ -231,7 +231,8 @@ def _tree_options(func, model, cfg: ScheduleConfig, streams: bool = False) -> Tr
         if cfg.math_registers > registers.get(s.name, 1) and uses_vector_math(blocks[s.block]) \
                 and prod(extents(s)) >= WIDE_MATH_INSTANCES:
             registers[s.name], chains[s.name] = cfg.math_registers, "a latency-bound chain of vector math (exp/log/tanh)"
-    heavy = frozenset(s.name for s in model.statements if s.block in blocks and (
+    # only reductions' updates ask (poly/columns.py); compute statements were walked above
+    heavy = frozenset(s.name for s in model.statements if s.kind == "update" and s.block in blocks and (
         uses_vector_math(blocks[s.block]) or roundings(blocks[s.block]) >= CHAIN_ROUNDINGS))
     copies = frozenset(s.name for s in model.statements
                        if s.kind == "compute" and s.block in blocks and copy_parts(blocks[s.block]) is not None)

@@ -85,7 +85,7 @@ def prebound(prog, arrays):
             a = as_storage(as_aligned(arrays[g.inputs.index(p.tensor)]), p)
             shared = p.kind == "inplace" and p.tensor in k.reads
             args.append(aligned_empty(p.shape, p.dtype) if shared else a)
-        calls.append((k.func, args))
+        calls.append((k.unchecked, args))
     return lambda: [f(*a) for f, a in calls]
 
 

@@ -77,6 +77,32 @@ def test_wrong_arguments_raise_akgpy_errors():
         prog(x, object())
 
 
+def test_kernel_func_checks_each_array_and_the_machine_code_checks_none():
+    """The generated code carries no argument checks (targets/llvm.py leaves TVM's asserts
+    out: they were most of the compile time of graphs with many inputs), so Kernel.func checks
+    count, dtype, shape and layout itself; a misaligned array used to crash the kernel."""
+    prog = akgpy.fuse(_axpy(1000))
+    k = prog.kernels[0]
+    assert "on argument #" not in k.source  # TVM's assert messages ("Mismatched x.dtype on argument #0")
+    x, y, out = (aligned_empty((1000,), "float32") for _ in range(3))
+    x[...], y[...] = np.arange(1000), 1.0
+    k.func(x, y, out)
+    np.testing.assert_array_equal(out, np.arange(1000, dtype=np.float32) * 2 + 1)
+    with pytest.raises(ArgumentError, match="takes 3 arrays"):
+        k.func(x, y)
+    bad = [(misaligned(x), "x", "aligned"), (x.astype(np.float64), "x", "expects float32"),
+           (x[:999], "x", "expects float32"), (3, "x", "expects float32"), (out[::-1], "add", "aligned")]
+    for a, tensor, message in bad:
+        args = [a, y, out] if tensor == "x" else [x, y, a]
+        with pytest.raises(ArgumentError, match=message) as e:
+            k.func(*args)
+        assert e.value.tensor.startswith(tensor)
+    ro = aligned_empty((1000,), "float32")
+    ro.flags.writeable = False
+    with pytest.raises(ArgumentError, match="writable"):
+        k.func(x, y, ro)
+
+
 @pytest.mark.parametrize("aligned", [True, False])
 def test_inplace_target_read_at_another_index(aligned):
     """t <- transpose(t) + 1, reading t at another index than the one written: a kernel that

@@ -138,7 +138,7 @@ class ModelProgram:
                             fresh.add(name)
                         env[name] = buf
                     args.append(buf if view is None else buf.reshape(view))
-                st.kernel.func(*args)
+                st.kernel.unchecked(*args)
             else:
                 outs = st.run([env[n] for n in st.group.inputs])
                 if st.group.kind != "view":

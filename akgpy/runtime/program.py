@@ -149,12 +149,35 @@ class Kernel:
         self._executable, self._mod, self._lowered = executable, scheduled_mod, lowered
         self._report = schedule_report  # the poly scheduler's own account, when it ran
         self._source: str | None = None
-        self.func = executable[self.entry]  # first lookup JIT-compiles the machine code
+        # the generated code checks none of its arguments (targets/llvm.py): `func` does
+        self.unchecked = executable[self.entry]  # first lookup JIT-compiles the machine code
         self.reads = frozenset(p.tensor for p in params if p.kind == "input")
 
     @property
     def entry(self) -> str:
         return [gv.name_hint for gv, _ in self._mod.functions_items()][0]
+
+    def func(self, *arrays: Any) -> None:
+        """The kernel on `arrays`, one per parameter in `params` order (outputs and in-place
+        targets written in place), each checked first: a numpy array (or DLPack tensor) of the
+        parameter's storage dtype and shape, C-contiguous, writable and 64-byte aligned
+        (`aligned_empty` makes one). A wrong one raises ArgumentError; the machine code itself
+        would read out of bounds or crash on it."""
+        if len(arrays) != len(self.params):
+            raise ArgumentError(f"kernel {self.name} takes {len(self.params)} arrays "
+                                f"({', '.join(p.tensor for p in self.params)}), got {len(arrays)}")
+        args = []
+        for p, x in zip(self.params, arrays):
+            a = x if type(x) is np.ndarray else as_numpy(x, p.tensor)
+            if a.dtype != np.dtype(p.dtype) or a.shape != tuple(p.shape):
+                raise ArgumentError(f"kernel {self.name} expects {p.dtype}{list(p.shape)} for this {p.kind}, "
+                                    f"got {a.dtype}{list(a.shape)}", tensor=p.tensor)
+            if not is_direct(a):
+                raise ArgumentError(f"kernel {self.name} takes only C-contiguous, writable, {ALIGN}-byte aligned "
+                                    "arrays (akgpy.runtime.program.aligned_empty makes one; a Program call copies)",
+                                    tensor=p.tensor)
+            args.append(a)
+        self.unchecked(*args)
 
     @property
     def tir(self) -> str:
@@ -214,7 +237,7 @@ class Program:
         self._expect = [(n, dtypes.to_numpy(graph.tensors[n].dtype), graph.tensors[n].shape, n in self._written)
                         for n in graph.inputs]
         self._outputs: list[tuple[tuple, np.dtype, int]] = []  # every kernel output of a call, in order
-        self._plans = [(k.func, [self._plan(k, p) for p in k.params]) for k in kernels]
+        self._plans = [(k.unchecked, [self._plan(k, p) for p in k.params]) for k in kernels]
         self._results = [(n, graph.tensors[n].dtype, graph.tensors[n].shape) for n in graph.real_outputs]
         self._pool = OutputPool()
         self._pool_lock = threading.Lock()

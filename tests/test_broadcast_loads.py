@@ -88,9 +88,34 @@ def test_plain_schedule_also_loads_stretched_operands_whole():
     assert not check_program(g, prog)
 
 
+def test_isl_timeout_searches_again_without_shifts_and_stays_fused(monkeypatch):
+    """When the full search runs out, the next one forbids constant shifts: on bert's row sums
+    cut into partials it answers in a fraction of a second with a fused schedule, where the
+    serialized one left every component its own loop nest."""
+    import akgpy.schedule.poly as poly
+    real, calls = poly.compute_schedule_bounded, []
+
+    def full_search_times_out(*args, **kwargs):
+        opts = kwargs["options"]
+        calls.append((opts.get("schedule_max_constant_term"), opts.get("schedule_serialize_sccs", 0)))
+        if len(calls) == 1:
+            raise TimeoutError
+        return real(*args, **kwargs)
+    monkeypatch.setattr(poly, "compute_schedule_bounded", full_search_times_out)
+    g = _yolo_like(reduce=True)
+    prog = akgpy.fuse(g, config=WIDE)
+    text = prog.explain()
+    assert calls[1:] == [(0, 0)], calls
+    assert calls[0][0] > 0  # the first search may shift, up to the largest extent
+    assert "searched again without constant shifts" in text, text[:2000]
+    assert "each strongly connected component" not in text
+    assert "schedule path: poly/isl-ast" in text
+    assert not check_program(g, prog)
+
+
 def test_isl_timeout_on_wide_partials_serializes_and_keeps_them(monkeypatch):
-    """Wider partials make isl's search longer; when it gives no answer in time, isl schedules
-    each component on its own and the passes fuse from there: the kernel stays on the poly
+    """Wider partials make isl's search longer; when it gives no answer in time, nor without
+    constant shifts, isl schedules each component on its own and the passes fuse from there: the kernel stays on the poly
     path, with its wide partials."""
     import akgpy.schedule.poly as poly
     real, calls = poly.compute_schedule_bounded, []
@@ -104,7 +129,7 @@ def test_isl_timeout_on_wide_partials_serializes_and_keeps_them(monkeypatch):
     g = _yolo_like(reduce=True)
     prog = akgpy.fuse(g, config=WIDE)
     text = prog.explain()
-    assert calls == [0, 1], calls
+    assert calls == [0, 0, 1], calls  # the full search, the one without shifts, the serialized one
     assert "each strongly connected component scheduled on its own" in text, text[:2000]
     assert "schedule path: poly/isl-ast" in text
     # the partials' init and update parts share the rows (i0, i1); below them the update keeps

@@ -88,25 +88,30 @@ def test_plain_schedule_also_loads_stretched_operands_whole():
     assert not check_program(g, prog)
 
 
+def _fuse_with_isl_timeouts(monkeypatch, times_out):
+    """The yolo-like sum fused while each isl search whose options satisfy `times_out` raises
+    TimeoutError: (graph, program, explain() text, every search's options in call order)."""
+    import akgpy.schedule.poly as poly
+    real, calls = poly.compute_schedule_bounded, []
+
+    def search(*args, **kwargs):
+        calls.append(kwargs["options"])
+        if times_out(kwargs["options"]):
+            raise TimeoutError
+        return real(*args, **kwargs)
+    monkeypatch.setattr(poly, "compute_schedule_bounded", search)
+    g = _yolo_like(reduce=True)
+    prog = akgpy.fuse(g, config=WIDE)
+    return g, prog, prog.explain(), calls
+
+
 def test_isl_timeout_searches_again_without_shifts_and_stays_fused(monkeypatch):
     """When the full search runs out, the next one forbids constant shifts: on bert's row sums
     cut into partials it answers in a fraction of a second with a fused schedule, where the
     serialized one left every component its own loop nest."""
-    import akgpy.schedule.poly as poly
-    real, calls = poly.compute_schedule_bounded, []
-
-    def full_search_times_out(*args, **kwargs):
-        opts = kwargs["options"]
-        calls.append((opts.get("schedule_max_constant_term"), opts.get("schedule_serialize_sccs", 0)))
-        if len(calls) == 1:
-            raise TimeoutError
-        return real(*args, **kwargs)
-    monkeypatch.setattr(poly, "compute_schedule_bounded", full_search_times_out)
-    g = _yolo_like(reduce=True)
-    prog = akgpy.fuse(g, config=WIDE)
-    text = prog.explain()
-    assert calls[1:] == [(0, 0)], calls
-    assert calls[0][0] > 0  # the first search may shift, up to the largest extent
+    g, prog, text, calls = _fuse_with_isl_timeouts(monkeypatch, lambda o: o["schedule_max_constant_term"] > 0)
+    assert [o["schedule_max_constant_term"] > 0 for o in calls] == [True, False], calls
+    assert not any(o.get("schedule_serialize_sccs") for o in calls)
     assert "searched again without constant shifts" in text, text[:2000]
     assert "each strongly connected component" not in text
     assert "schedule path: poly/isl-ast" in text
@@ -115,21 +120,12 @@ def test_isl_timeout_searches_again_without_shifts_and_stays_fused(monkeypatch):
 
 def test_isl_timeout_on_wide_partials_serializes_and_keeps_them(monkeypatch):
     """Wider partials make isl's search longer; when it gives no answer in time, nor without
-    constant shifts, isl schedules each component on its own and the passes fuse from there: the kernel stays on the poly
-    path, with its wide partials."""
-    import akgpy.schedule.poly as poly
-    real, calls = poly.compute_schedule_bounded, []
-
-    def fused_search_times_out(*args, **kwargs):
-        calls.append(kwargs["options"].get("schedule_serialize_sccs", 0))
-        if not calls[-1]:
-            raise TimeoutError
-        return real(*args, **kwargs)
-    monkeypatch.setattr(poly, "compute_schedule_bounded", fused_search_times_out)
-    g = _yolo_like(reduce=True)
-    prog = akgpy.fuse(g, config=WIDE)
-    text = prog.explain()
-    assert calls == [0, 0, 1], calls  # the full search, the one without shifts, the serialized one
+    constant shifts, isl schedules each component on its own and the passes fuse from there:
+    the kernel stays on the poly path, with its wide partials."""
+    g, prog, text, calls = _fuse_with_isl_timeouts(monkeypatch, lambda o: not o.get("schedule_serialize_sccs"))
+    # the full search, the one without shifts, the serialized one
+    assert [(o["schedule_max_constant_term"] > 0, o.get("schedule_serialize_sccs", 0)) for o in calls] == \
+        [(True, 0), (False, 0), (True, 1)], calls
     assert "each strongly connected component scheduled on its own" in text, text[:2000]
     assert "schedule path: poly/isl-ast" in text
     # the partials' init and update parts share the rows (i0, i1); below them the update keeps

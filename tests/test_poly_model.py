@@ -323,6 +323,20 @@ def test_run_bounded_times_out_and_propagates_failures():
     assert run_bounded(pow, 10, 2, 10) == 1024
 
 
+def test_run_bounded_workers_are_collected_without_waiting_for_them():
+    """run_bounded does not wait for a worker's exit (it unmaps a copy of the whole process);
+    each later call collects the ones that have finished, so none is left a zombie for long."""
+    from akgpy.poly import scheduler
+    workers = {run_bounded(os.getpid, 10) for _ in range(20)}
+    assert os.getpid() not in workers and len(workers) == 20
+    time.sleep(0.5)
+    run_bounded(pow, 10, 2, 3)
+    assert len(scheduler._exiting) <= 1, scheduler._exiting  # the last one may still be exiting
+    for pid in workers - set(scheduler._exiting):  # collected: no longer a child of ours
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+
+
 def test_fast_legality_test_agrees_with_the_exact_order():
     """check_legal's pair-only test (time differences lexicographically positive) and the exact
     subtraction from the order between all statement pairs agree, legal or not."""

@@ -169,7 +169,7 @@ class Kernel:
         args = []
         for p, x in zip(self.params, arrays):
             a = x if type(x) is np.ndarray else as_numpy(x, p.tensor)
-            if a.dtype != np.dtype(p.dtype) or a.shape != tuple(p.shape):
+            if a.dtype != dtypes.to_numpy(p.dtype) or a.shape != p.shape:
                 raise ArgumentError(f"kernel {self.name} expects {p.dtype}{list(p.shape)} for this {p.kind}, "
                                     f"got {a.dtype}{list(a.shape)}", tensor=p.tensor)
             if not is_direct(a):

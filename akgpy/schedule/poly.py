@@ -137,26 +137,26 @@ def _isl_schedule(low: Lowered, cfg: ScheduleConfig, timeout_s: float, report: l
     # bounding constant shifts by the largest extent keeps isl from searching for minutes
     # (layernorm.json: 10.5 s -> 0.18 s) and still lets it fuse
     options = {"schedule_max_constant_term": biggest}
-    try:
-        tree = compute_schedule_bounded(model, deps, timeout_s=timeout_s, options=options,
-                                        input_reuse=cfg.input_fusion)
-        return func, inlined, rfactored, model, deps, tree
-    except TimeoutError:
-        pass
     retry = min(timeout_s, SERIALIZED_TIMEOUT_S)
-    try:
-        tree = compute_schedule_bounded(model, deps, timeout_s=retry, input_reuse=cfg.input_fusion,
-                                        options={**options, "schedule_max_constant_term": 0})
-        report.append(f"isl gave no schedule within {timeout_s} s; searched again without constant shifts "
-                      "(schedule_max_constant_term 0), which answered")
-    except TimeoutError:
-        tree = compute_schedule_bounded(model, deps, timeout_s=retry,
-                                        options={**options, "schedule_serialize_sccs": 1},
-                                        input_reuse=cfg.input_fusion)
-        report.append(f"isl gave no fused schedule within {timeout_s} s, nor without constant shifts; each "
-                      "strongly connected component scheduled on its own (isl's schedule_serialize_sccs), "
-                      "akgpy's passes fuse from there")
-    return func, inlined, rfactored, model, deps, tree
+    # each search runs only when the one before it ran out; what explain() says when it answers
+    searches = [(timeout_s, options, None),
+                (retry, {**options, "schedule_max_constant_term": 0},
+                 f"isl gave no schedule within {timeout_s} s; searched again without constant shifts "
+                 "(schedule_max_constant_term 0), which answered"),
+                (retry, {**options, "schedule_serialize_sccs": 1},
+                 f"isl gave no fused schedule within {timeout_s} s, nor without constant shifts; each strongly "
+                 "connected component scheduled on its own (isl's schedule_serialize_sccs), akgpy's passes "
+                 "fuse from there")]
+    for n, (bound, opts, note) in enumerate(searches, 1):
+        try:
+            tree = compute_schedule_bounded(model, deps, timeout_s=bound, options=opts, input_reuse=cfg.input_fusion)
+        except TimeoutError:
+            if n == len(searches):
+                raise
+            continue
+        if note:
+            report.append(note)
+        return func, inlined, rfactored, model, deps, tree
 
 
 def _lane_partials(blocks: dict) -> dict[str, int]:

@@ -142,6 +142,11 @@ NARROW_TRANSPOSE_BYTES_BY_CPU = {"znver5": 64}
 # On AMD Zen 4 (EPYC VM, 2 threads, same harness, A/B of identical code within +-10% here):
 # stream_write_heavy: cast ~3234 0.85x (two runs), dropout ~6619 1.01-1.05x; stream_share 0:
 # ~4253 0.76-0.78x (two runs), the other streamed bench kernels within noise.
+# On AMD Zen 3 (EPYC VM, AVX2, 2 threads, same harness; A/B of identical code there reads
+# 0.89-1.10): stream_write_heavy, on the 10 corpus kernels it changes: the cast ~3234 0.45-0.74
+# (five runs), four PadAkg copies 0.57-0.71 (two runs each), Reshape_Mul_Cast ~6517 0.71-0.95,
+# three others 0.93-0.99; dropout ~6619 0.89-1.38 (seven runs, bimodal; its half-size sibling
+# 0.93-0.96). stream_share 0 was not clearly better there (bert ~4253 0.74, two kernels 1.2-1.4).
 # Unlisted CPUs keep the defaults.
 _AMD_STREAMS = {"stream_write_heavy": True, "stream_share": 0.0}
 # stream_read_heavy_min_bytes, in last-level caches (Zen 4 only: measured there). The 56 corpus
@@ -152,7 +157,7 @@ _AMD_STREAMS = {"stream_write_heavy": True, "stream_share": 0.0}
 # quarter-line stores too cost up to 3.7x (case3: 32-byte float16 stores of 16-lane vectors);
 # write-heavy kernels of that size ran slower streamed (bert layernorms ~3896 1.69x, ~8077 1.46x).
 STREAM_READ_HEAVY_LLCS_BY_CPU = {"znver4": 1}
-STREAM_POLICY_BY_CPU = {"znver5": _AMD_STREAMS, "znver4": _AMD_STREAMS}
+STREAM_POLICY_BY_CPU = {"znver5": _AMD_STREAMS, "znver4": _AMD_STREAMS, "znver3": {"stream_write_heavy": True}}
 
 
 def _mcpu(tgt) -> str:

@@ -179,3 +179,54 @@ def check_program(g: Graph, prog, seed: int = 0) -> list[Mismatch]:
     got = prog(*kin)
     want = reference.run(g, ref_inputs)
     return compare(g, got, kin, want, ref_inputs)
+
+
+class Fence:
+    """Copies of arrays that each end where a page with no access begins, after another such
+    page, so that a kernel reading or writing past either end of an argument faults instead of
+    touching a neighbour (the start is 64-byte aligned, so up to 63 bytes before the fence at
+    the end stay reachable). Linux/POSIX only (mmap, mprotect); keep the Fence alive while its
+    arrays are in use."""
+
+    def __init__(self):
+        import ctypes
+        import mmap
+        self._maps, self._page, self._mmap, self._ctypes = [], mmap.PAGESIZE, mmap, ctypes
+        self._mprotect = ctypes.CDLL(None, use_errno=True).mprotect
+        self._mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+    def __call__(self, a: np.ndarray) -> np.ndarray:
+        page, ctypes = self._page, self._ctypes
+        n = -(-max(a.nbytes, 1) // page) * page
+        m = self._mmap.mmap(-1, n + 2 * page)
+        self._maps.append(m)
+        base = ctypes.addressof(ctypes.c_char.from_buffer(m))
+        for at in (base, base + page + n):
+            if self._mprotect(at, page, 0) != 0:
+                raise OSError(ctypes.get_errno(), "mprotect failed")
+        out = np.frombuffer(m, a.dtype, a.size, (page + n - a.nbytes) // 64 * 64).reshape(a.shape)
+        out[...] = a
+        return out
+
+
+def run_fenced(prog, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+    """`prog(*inputs)` with each kernel called on fenced copies (`Fence`) of its arguments,
+    copied back after the call (outputs and in-place results). A read or write outside an
+    argument kills the process (SIGSEGV), so call this in a child process."""
+    fence = Fence()
+
+    def fenced(func):
+        def call(*args):
+            copies = [fence(a) for a in args]
+            func(*copies)
+            for a, c in zip(args, copies):
+                if a.flags.writeable:
+                    np.copyto(a, c)
+        return call
+
+    saved = prog._plans  # (kernel entry, argument plan) per kernel: Program.__call__ walks them
+    prog._plans = [(fenced(func), plan) for func, plan in saved]
+    try:
+        return prog(*inputs)
+    finally:
+        prog._plans = saved

@@ -268,3 +268,19 @@ def test_a_forwarded_output_is_computed_once_before_its_streaming_stores():
     loads = [ln for ln in lines if "load <16 x float>" in ln]
     assert (len(nt) > 0) == X86
     assert len(loads) * 2 == max(len(nt), 2), (len(loads), len(nt))
+
+
+def test_a_forwarded_store_moves_to_just_after_its_last_use_and_no_further():
+    from tvm import tirx
+
+    from akgpy.targets.stream_stores import _sink
+    a, b, c, d = (tirx.decl_buffer((16,), "float32", n) for n in "ABCD")
+    owner = {str(x.data): (x.name, 64) for x in (b, c, d)}
+    one = tirx.const(1.0, "float32")
+    s0 = tirx.BufferStore(b, tirx.BufferLoad(a, [0]), [0])
+    s1 = tirx.BufferStore(c, tirx.BufferLoad(a, [0]) + one, [0])  # B's value, forwarded
+    s2 = tirx.BufferStore(d, tirx.BufferLoad(b, [1]), [0])  # reads B itself: B's store stays before
+    assert _sink([s0, s1, s2], {0: 1}, owner) == [s1, s0, s2]
+    assert _sink([s0, s2, s1], {0: 2}, owner) == [s0, s2, s1]  # it would pass a reader of B
+    s3 = tirx.BufferStore(d, tirx.BufferLoad(a, [0]), [1])
+    assert _sink([s0, s3, s1], {0: 2}, owner) == [s3, s1, s0]

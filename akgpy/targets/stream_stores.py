@@ -323,7 +323,7 @@ def _sink(stmts: list, last_use: dict, owner: dict) -> list:
             if not w <= outputs or w & (reads | writes) or r & writes or not _passable(stmts[k]):
                 break
         else:
-            order.insert(to + 1, order.pop(at))
+            order.insert(to, order.pop(at))  # popped first: the last user now sits at to - 1
     return [stmts[k] for k in order]
 
 

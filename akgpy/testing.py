@@ -2,6 +2,8 @@
 and a checker that runs a compiled program against the numpy reference."""
 from __future__ import annotations
 
+import ctypes
+import mmap
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -189,16 +191,14 @@ class Fence:
     arrays are in use."""
 
     def __init__(self):
-        import ctypes
-        import mmap
-        self._maps, self._page, self._mmap, self._ctypes = [], mmap.PAGESIZE, mmap, ctypes
+        self._maps: list[mmap.mmap] = []
         self._mprotect = ctypes.CDLL(None, use_errno=True).mprotect
         self._mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
     def __call__(self, a: np.ndarray) -> np.ndarray:
-        page, ctypes = self._page, self._ctypes
+        page = mmap.PAGESIZE
         n = -(-max(a.nbytes, 1) // page) * page
-        m = self._mmap.mmap(-1, n + 2 * page)
+        m = mmap.mmap(-1, n + 2 * page)
         self._maps.append(m)
         base = ctypes.addressof(ctypes.c_char.from_buffer(m))
         for at in (base, base + page + n):

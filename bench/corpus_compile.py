@@ -22,6 +22,11 @@ from akgpy.testing import check_program
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 
 
+def corpus_files(root: Path) -> list[Path]:
+    """The graphs under `root` (composite JSON, as .info or .json), in a stable order."""
+    return sorted(p for p in root.rglob("*") if p.suffix in (".info", ".json"))
+
+
 def schedule_path(prog) -> str:
     """'poly/isl-ast', 'poly/template' or 'plain (poly fell back: <reason>)' (explain()'s line)."""
     line = prog.explain().splitlines()[1]
@@ -36,7 +41,7 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    files = sorted(p for p in args.corpus.rglob("*") if p.suffix in (".info", ".json"))
+    files = corpus_files(args.corpus)
     if args.limit:
         files = files[:args.limit]
     if not files:

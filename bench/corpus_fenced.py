@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+from corpus_compile import CORPUS, corpus_files  # this directory: run as a script
 
 
 def child(files: list[str]) -> None:
@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     if args.child is not None:
         child(args.child)
         return 0
-    files = sorted(str(p) for p in args.corpus.rglob("*") if p.suffix in (".info", ".json"))
+    files = [str(p) for p in corpus_files(args.corpus)]
     files = files[:args.limit] if args.limit else files
     done, faults, counts = 0, [], {"ok": 0, "skip": 0, "mismatch": 0}
     while done < len(files):

@@ -14,6 +14,7 @@ from akgpy.errors import CompileError
 from akgpy.schedule.config import default_config
 from akgpy.schedule.stream import ATTR
 from akgpy.targets import llvm
+from akgpy.targets.stream_stores import _sink
 from akgpy.testing import check_program
 
 # stream at test sizes; 64-byte vectors whatever the host (an AVX2 host's 32-byte ones never
@@ -271,9 +272,7 @@ def test_a_forwarded_output_is_computed_once_before_its_streaming_stores():
 
 
 def test_a_forwarded_store_moves_to_just_after_its_last_use_and_no_further():
-    from tvm import tirx
-
-    from akgpy.targets.stream_stores import _sink
+    tirx = tvm.tirx
     a, b, c, d = (tirx.decl_buffer((16,), "float32", n) for n in "ABCD")
     owner = {str(x.data): (x.name, 64) for x in (b, c, d)}
     one = tirx.const(1.0, "float32")

@@ -132,23 +132,30 @@ declare void @llvm.x86.sse.sfence()
 
 
 def _group(body, vec_of: dict) -> tuple:
-    """(body with each run of consecutive streaming stores as one call, the signatures called).
-    A call's arguments are all evaluated before its stores, so every vector of the run is
-    computed before the first streaming store; a streaming store carries no type-based alias
-    tag, and LLVM reloads (and recomputes from) the inputs read after one."""
+    """(body with each run of consecutive streaming stores as one call, the signatures of the
+    calls that hold more than one). A call's arguments are all evaluated before its stores, so
+    every vector of the run is computed before the first streaming store; a streaming store
+    carries no type-based alias tag, and LLVM reloads (and recomputes from) the inputs read
+    after one."""
     groups = set()
 
+    def store_call(st):  # the call of a single streaming store, else None
+        call = st.value if isinstance(st, tirx.Evaluate) and isinstance(st.value, ir.Call) else None
+        return call if call is not None and call.args and str(getattr(call.args[0], "value", "")) in vec_of \
+            else None
+
     def emit(run, out):
+        if len(run) == 1:
+            out.append(tirx.Evaluate(run[0]))
+            return
         vecs = tuple(vec_of[str(c.args[0].value)] for c in run)
         groups.add(vecs)
-        args = [a for c in run for a in c.args[1:]]
-        out.append(tirx.Evaluate(tirx.call_extern("void", _store_fn(vecs), *args)))
+        out.append(tirx.Evaluate(tirx.call_extern("void", _store_fn(vecs), *[a for c in run for a in c.args[1:]])))
 
     def on_seq(seq, mut):
         out, run = [], []
         for st in seq.seq:
-            call = st.value if isinstance(st, tirx.Evaluate) and isinstance(st.value, ir.Call) else None
-            if call is not None and call.args and str(getattr(call.args[0], "value", "")) in vec_of:
+            if (call := store_call(st)) is not None:
                 run.append(call)
                 continue
             if run:
@@ -159,14 +166,7 @@ def _group(body, vec_of: dict) -> tuple:
             emit(run, out)
         return tirx.SeqStmt(out) if len(out) > 1 else out[0]
 
-    def on_eval(ev, mut):  # a streaming store alone in its body
-        call = ev.value
-        if isinstance(call, ir.Call) and call.args and str(getattr(call.args[0], "value", "")) in vec_of:
-            groups.add((vec_of[str(call.args[0].value)],))
-        return ev
-
-    body = tvm_ffi.structural_mutate(body, [(tirx.SeqStmt, on_seq), (tirx.Evaluate, on_eval)])
-    return body, groups
+    return tvm_ffi.structural_mutate(body, [(tirx.SeqStmt, on_seq)]), groups
 
 
 def stream_func(func):
@@ -226,6 +226,7 @@ def stream_func(func):
     if not used or sum(o[1] for o in outputs - fails) < share * sum(o[1] for o in outputs):
         return func  # the streamed body is dropped: too few of the output bytes qualified
     body, groups = _group(body, {_store_fn((v,)): v for v in used})
+    groups |= {(v,) for v in used}  # the single stores, called where no other one follows
     body = tirx.AttrStmt(ir.StringImm("akgpy"), "pragma_import_llvm", ir.StringImm(helper_ir(groups)), body)
     return func.with_body(body)
 
@@ -314,12 +315,15 @@ def _sink(stmts: list, last_use: dict, owner: dict) -> list:
     last_use[i], when the statements it passes write only outputs other than the ones it reads
     or writes, and read none that it writes (else it stays). Names of views of one output
     compare as that output."""
+    if not last_use:
+        return stmts
     order, outputs = list(range(len(stmts))), set(owner.values())
+    touched = [_touched(st, owner) for st in stmts]
     for i in sorted(last_use, reverse=True):
-        reads, writes = _touched(stmts[i], owner)
+        reads, writes = touched[i]
         at, to = order.index(i), order.index(last_use[i])  # the last user may itself have moved
         for k in order[at + 1:to + 1]:
-            r, w = _touched(stmts[k], owner)
+            r, w = touched[k]
             if not w <= outputs or w & (reads | writes) or r & writes or not _passable(stmts[k]):
                 break
         else:

@@ -211,8 +211,9 @@ class Fence:
 
 def run_fenced(prog, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     """`prog(*inputs)` with each kernel called on fenced copies (`Fence`) of its arguments,
-    copied back after the call (outputs and in-place results). A read or write outside an
-    argument kills the process (SIGSEGV), so call this in a child process."""
+    copied back after the call (outputs and in-place results). `prog` is a Program or a
+    ModelProgram (whose steps call their kernels directly or through their own Program). A read
+    or write outside an argument kills the process (SIGSEGV), so call this in a child process."""
     fence = Fence()
 
     def fenced(func):
@@ -224,9 +225,19 @@ def run_fenced(prog, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
                     np.copyto(a, c)
         return call
 
-    saved = prog._plans  # (kernel entry, argument plan) per kernel: Program.__call__ walks them
-    prog._plans = [(fenced(func), plan) for func, plan in saved]
+    programs = [prog] if hasattr(prog, "_plans") else [st.program for st in prog.steps if st.program is not None]
+    kernels = list({id(k): k for p in programs for k in p.kernels}.values())
+    # Program.__call__ walks its (kernel entry, argument plan) pairs; ModelProgram calls
+    # Kernel.unchecked itself
+    plans, entries = [p._plans for p in programs], [k.unchecked for k in kernels]
+    for p, saved in zip(programs, plans):
+        p._plans = [(fenced(func), plan) for func, plan in saved]
+    for k, func in zip(kernels, entries):
+        k.unchecked = fenced(func)
     try:
         return prog(*inputs)
     finally:
-        prog._plans = saved
+        for p, saved in zip(programs, plans):
+            p._plans = saved
+        for k, func in zip(kernels, entries):
+            k.unchecked = func

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +55,43 @@ def test_kernels_touch_only_their_arguments(dtype, schedule):
                           timeout=600)
     assert done.returncode == 0 and done.stdout.count(" ok") == 6, (done.returncode, done.stdout,
                                                                       done.stderr[-2000:])
+
+
+def test_fenced_fuzz_runs_random_graphs(tmp_path):
+    """bench/fuzz_fenced.py: random layout graphs under random schedule configs, fenced, in a
+    child process; the summary counts every graph it drew."""
+    tool = Path(__file__).resolve().parent.parent / "bench" / "fuzz_fenced.py"
+    done = subprocess.run([sys.executable, str(tool), "--examples", "6", "--max-elements", str(1 << 16),
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout, done.stderr[-2000:])
+    assert "6 graphs: 6 ok, 0 mismatched, 0 errors, 0 faulted" in done.stdout, done.stdout
+    assert (tmp_path / "current.json").exists() and (tmp_path / "current.cfg").exists()
+
+
+def test_run_fenced_fences_every_kernel_of_a_model(monkeypatch):
+    """A ModelProgram calls its kernels directly (Kernel.unchecked), not through a Program's
+    plans: run_fenced must fence those calls too, and put the entries back afterwards."""
+    import numpy as np
+
+    import akgpy
+    from akgpy import GraphBuilder
+    from akgpy.reference import run
+    from akgpy.testing import Fence, random_inputs, run_fenced
+    b = GraphBuilder("two_kernels", model=True)
+    x = b.input("x", (6, 40))
+    y = b.exp(-b.abs(x)).sum(axis=(1,), keepdims=True)
+    z = b.op("Concat", [y, y], (12, 1), "float32", axis=0)
+    b.output(b.tanh(z) * 2.0)
+    g = b.build()
+    prog = akgpy.fuse(g)
+    kernels = [st.kernel for st in prog.steps if st.program is not None]
+    assert len(kernels) >= 2, prog
+    entries = [k.unchecked for k in kernels]
+    fenced = []
+    real = Fence.__call__
+    monkeypatch.setattr(Fence, "__call__", lambda self, a: fenced.append(a.shape) or real(self, a))
+    arrays = random_inputs(g)
+    got = run_fenced(prog, arrays)
+    assert len(fenced) == sum(len(k.params) for k in kernels)
+    assert all(k.unchecked is e for k, e in zip(kernels, entries))
+    assert all(np.allclose(a, w, rtol=1e-4, atol=1e-4) for a, w in zip(got, run(g, arrays)))

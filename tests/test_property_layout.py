@@ -75,13 +75,16 @@ def layout_graphs(draw, model: bool = False) -> Graph:
         x = draw(st.sampled_from(values))
         # a model graph takes no in-place writes (akgpy says so); it may hold Concat, StridedSlice
         kind = draw(st.sampled_from(["unary", "binary", "binary", "select", "reduce", "transpose",
-                                     "reshape", "broadcast", "cast", "matmul"]
+                                     "reshape", "broadcast", "cast", "matmul", "pad", "unpad", "addn"]
                                     + (["concat", "slice"] if model else ["inplace"])))
         if kind == "unary":
-            u = draw(st.sampled_from(["neg", "abs", "tanh", "exp_neg", "log_pos", "sqrt_pos", "relu"]))
+            u = draw(st.sampled_from(["neg", "abs", "tanh", "exp_neg", "log_pos", "sqrt_pos", "relu", "erf",
+                                      "rsqrt_pos", "reciprocal_pos"]))
             y = {"neg": lambda: -x, "abs": lambda: b.abs(x), "tanh": lambda: b.tanh(x),
                  "exp_neg": lambda: b.exp(-b.abs(x)), "log_pos": lambda: b.log(b.abs(x) + 1.0),
-                 "sqrt_pos": lambda: b.sqrt(b.abs(x) + 0.5), "relu": lambda: b.relu(x)}[u]()
+                 "sqrt_pos": lambda: b.sqrt(b.abs(x) + 0.5), "relu": lambda: b.relu(x), "erf": lambda: b.erf(x),
+                 "rsqrt_pos": lambda: b.rsqrt(b.abs(x) + 0.5),
+                 "reciprocal_pos": lambda: b.reciprocal(b.abs(x) + 0.5)}[u]()
         elif kind == "binary":
             other, n_inputs = _operand(draw, b, x, n_inputs)
             op = draw(st.sampled_from(["add", "sub", "mul", "maximum", "minimum"]))
@@ -136,6 +139,24 @@ def layout_graphs(draw, model: bool = False) -> Graph:
             w = b.input(f"x{n_inputs}", (k, n), x.dtype)
             n_inputs += 1
             y = b.matmul(x.reshape(math.prod(x.shape[:-1]), k), w)
+        elif kind == "pad":  # rows before the input's start and after its end (PadAkg's clamp)
+            head = [draw(st.integers(0, 2)) for _ in x.shape]
+            tail = [draw(st.integers(0, 2)) for _ in x.shape]
+            shape = tuple(s + h + t for s, h, t in zip(x.shape, head, tail))
+            if math.prod(shape) > MAX_ELEMENTS:
+                continue
+            y = b.op("PadAkg", [x], shape, x.dtype, head=head, tail=tail, pad_val=0)
+        elif kind == "unpad":  # trims only the last two dims
+            if len(x.shape) < 2:
+                continue
+            tail = [0] * (len(x.shape) - 2) + [draw(st.integers(0, s - 1)) for s in x.shape[-2:]]
+            y = b.op("UnPadAkg", [x], tuple(s - t for s, t in zip(x.shape, tail)), x.dtype, tail=tail)
+        elif kind == "addn":
+            others = []
+            for _ in range(draw(st.integers(1, 3))):
+                other, n_inputs = _operand(draw, b, x, n_inputs)
+                others.append(x if isinstance(other, float) else other)  # AddN takes no constants
+            y = b.addn(x, *others)
         elif kind == "cast":
             y = x.astype("float16" if x.dtype == "float32" else "float32")
         else:  # in-place: a fresh parameter receives x, as optimizers and BatchNorm statistics do

@@ -9,7 +9,7 @@ argument faults, and a wrong value is a mismatch.
 Graphs run in child processes; before each one the child writes the graph's composite JSON
 to DIR/current.json, so a child that dies leaves its culprit behind (kept as DIR/fault-K.json,
 mismatches and compile errors as DIR/mismatch-K.json, DIR/error-K.json, each with the config
-in a .cfg file beside it). Exits 1 if any graph faulted, mismatched or failed to compile.
+in a .cfg file beside it, with the schedule and whether the graph is a whole model). Exits 1 if any graph faulted, mismatched or failed to compile.
 """
 from __future__ import annotations
 
@@ -54,11 +54,12 @@ def child(examples: int, seed: int, out: Path) -> None:
     @hseed(seed)
     @settings(max_examples=examples, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
-    @given(g=st.booleans().flatmap(lambda model: layout_graphs(model=model)), kw=configs(), schedule=st.sampled_from(["poly", "poly", "plain"]))
+    @given(g=st.booleans().flatmap(lambda model: layout_graphs(model=model)), kw=configs(),
+           schedule=st.sampled_from(["poly", "poly", "plain"]))
     def one(g, kw, schedule):
         n[0] += 1
         (out / "current.json").write_text(g.to_composite())
-        (out / "current.cfg").write_text(json.dumps({"schedule": schedule, **kw}))
+        (out / "current.cfg").write_text(json.dumps({"schedule": schedule, "model": g.kind == "model", **kw}))
         print("start", flush=True)
         try:
             prog = akgpy.fuse(g, schedule=schedule, config=default_config().replace(**kw))

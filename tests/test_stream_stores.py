@@ -131,7 +131,7 @@ def test_read_heavy_kernels_below_the_threshold_stream_only_whole_line_stores(dt
     assert _nt(prog) == 0 and "streaming stores: none (kernel moves 3 MiB < 64 MiB)" in prog.kernels[0].explain()
 
 
-@pytest.mark.parametrize("mcpu,llcs", [("znver4", 1), ("znver5", 0), ("skylake-avx512", 0)])
+@pytest.mark.parametrize("mcpu,llcs", [("znver4", 1), ("znver3", 1), ("znver5", 0), ("skylake-avx512", 0)])
 def test_the_read_heavy_threshold_is_a_per_cpu_default(mcpu, llcs):
     cfg = default_config({"kind": "llvm", "mcpu": mcpu})
     assert cfg.stream_read_heavy_min_bytes == llcs * llvm.host_llc_bytes()[0]

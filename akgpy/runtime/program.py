@@ -29,7 +29,7 @@ ALIGN = 64
 # intermediates) starts at the next of 16 offsets within a page, 256 bytes apart. Two streams
 # whose addresses agree in bits 0-11 with the store 32-128 bytes ahead stall the loads behind
 # the store (the CPU takes them for dependent on it), and streams at one offset share their L1
-# sets. Yolo's optimizer ~2769 (11 inputs, 3 outputs; Zen 3, 2 threads, kernel alone, each
+# sets. Bert's optimizer ~2769 (11 inputs, 3 outputs; Zen 3, 2 threads, kernel alone, each
 # buffer set timed interleaved): outputs 32-128 bytes past the inputs' page offset 9.7-22 ms,
 # at the same offset or 192+ bytes from it 1.5-2.5 ms; four buffer sets each at malloc's
 # offsets 2.21-2.45 ms, every buffer at page offset 0 2.63-3.12, staggered 1.37-1.55. The

@@ -149,14 +149,18 @@ NARROW_TRANSPOSE_BYTES_BY_CPU = {"znver5": 64}
 # 0.93-0.96). stream_share 0 was not clearly better there (bert ~4253 0.74, two kernels 1.2-1.4).
 # Unlisted CPUs keep the defaults.
 _AMD_STREAMS = {"stream_write_heavy": True, "stream_share": 0.0}
-# stream_read_heavy_min_bytes, in last-level caches (Zen 4 only: measured there). The 56 corpus
+# stream_read_heavy_min_bytes, in last-level caches (Zen 4 and Zen 3: measured there). The 56 corpus
 # kernels that move 1-2 LLCs (32-64 MiB) and read at least what they write, kernel alone, 2
 # threads, interleaved, 5 rounds: geomean 0.85x, 22 of them 0.43-0.88x (vgg's cast-transpose
 # ~3714 0.66-0.76x, resnet/yolo elementwise 0.49-0.69x); 3191 (bert dropout, 36 MiB) 1.10-1.14x
 # in three runs, other single readings over 1.1x not repeated. Streaming their half- and
 # quarter-line stores too cost up to 3.7x (case3: 32-byte float16 stores of 16-lane vectors);
 # write-heavy kernels of that size ran slower streamed (bert layernorms ~3896 1.69x, ~8077 1.46x).
-STREAM_READ_HEAVY_LLCS_BY_CPU = {"znver4": 1}
+# On Zen 3 (default stream_share there) the rule changes the generated code of 3 corpus kernels,
+# no others. With the LLC flushed before each call (the bench's conditions: other code runs
+# between) yolo ~4409 ran 0.76-0.87x, ~7129 0.91-0.93x, ~2243 0.91-0.94x (two runs); back to
+# back, where inputs stay cached, 0.82x, 1.00x, 1.01x.
+STREAM_READ_HEAVY_LLCS_BY_CPU = {"znver4": 1, "znver3": 1}
 STREAM_POLICY_BY_CPU = {"znver5": _AMD_STREAMS, "znver4": _AMD_STREAMS, "znver3": {"stream_write_heavy": True}}
 
 

@@ -173,12 +173,13 @@ def compare(g: Graph, got: Sequence[np.ndarray], inputs_after: Sequence[np.ndarr
     return bad
 
 
-def check_program(g: Graph, prog, seed: int = 0) -> list[Mismatch]:
-    """Run `prog` and the reference on the same random inputs; return the mismatches."""
+def check_program(g: Graph, prog, seed: int = 0, *, fenced: bool = False) -> list[Mismatch]:
+    """Run `prog` and the reference on the same random inputs; return the mismatches. `fenced`:
+    through `run_fenced` (a kernel touching memory outside an argument kills the process)."""
     inputs = random_inputs(g, seed)
     ref_inputs = [a.copy() for a in inputs]
     kin = [a.copy() for a in inputs]
-    got = prog(*kin)
+    got = run_fenced(prog, kin) if fenced else prog(*kin)
     want = reference.run(g, ref_inputs)
     return compare(g, got, kin, want, ref_inputs)
 

@@ -47,7 +47,7 @@ def child(examples: int, seed: int, out: Path) -> None:
 
     import akgpy
     from akgpy.schedule.config import default_config
-    from akgpy.testing import compare, random_inputs, reference, run_fenced
+    from akgpy.testing import check_program
 
     n = [0]
 
@@ -63,11 +63,7 @@ def child(examples: int, seed: int, out: Path) -> None:
         print("start", flush=True)
         try:
             prog = akgpy.fuse(g, schedule=schedule, config=default_config().replace(**kw))
-            arrays = random_inputs(g, seed=n[0])
-            ref_in = [a.copy() for a in arrays]
-            want = reference.run(g, ref_in)
-            got = run_fenced(prog, arrays)
-            bad = compare(g, got, arrays, want, ref_in)
+            bad = check_program(g, prog, seed=n[0], fenced=True)
             word = "mismatch" if bad else "ok"
             detail = "; ".join(map(str, bad))
         except Exception as e:  # any exception is a finding: record it, keep fuzzing

@@ -3,9 +3,10 @@
 TVM lowers `exp`/`tanh` to LLVM intrinsics that LLVM turns into one libm call per lane (a
 16-lane vector of GELU made 64 scalar calls). These are the classic Cephes exp (range
 reduction by ln 2, degree-5 polynomial, 2^n built in the exponent bits), Cephes log (mantissa
-and exponent from the bits, degree-8 polynomial) and Eigen's rational tanh; both are accurate to a few ulp (tests/test_fastmath.py measures it against float64 on a
-dense grid), well inside the 1e-4 fp32 tolerance, and keep inf/NaN semantics. Other dtypes
-use TVM's intrinsics.
+and exponent from the bits, degree-8 polynomial; where x is known to lie in [1, 2], a
+polynomial in x - 1 with no reduction) and Eigen's rational tanh; all are accurate to a few
+ulp (tests/test_fastmath.py measures them against float64 on dense grids), well inside the
+1e-4 fp32 tolerance, and keep inf/NaN semantics. Other dtypes use TVM's intrinsics.
 """
 from __future__ import annotations
 
@@ -66,8 +67,12 @@ _EXP_MAGIC_BITS = 0x4B400000 + 127  # its bit pattern: n = 0 in the low bits
 
 
 def _exp(x, high, low):
-    xc = tirx.min(x, _c(88.72283935546875)) if high else x
-    xc = tirx.max(xc, _c(-88.3762626647949)) if low else xc
+    # clamps as selects on `x > c` and `x < c`, false for NaN, so NaN passes them (min/max would
+    # replace it by the bound) and the arithmetic below carries it to the result with no test
+    # of its own: NaN - NaN = NaN, and NaN times 2^n is NaN whatever bits n took. The test
+    # (compare, blend) was 2 of ~25 vector ops; yolo's loss ~2380 0.90x, ~3153 0.94x, ~6853 1.01x
+    xc = tirx.Select(x > _c(88.72283935546875), _c(88.72283935546875), x) if high else x
+    xc = tirx.Select(xc < _c(-88.3762626647949), _c(-88.3762626647949), xc) if low else xc
     return _let(xc, lambda xc: _let(xc * _c(1.44269504088896341) + _c(EXP_MAGIC),
                                     lambda t: _exp_reduced(x, xc, t, high)))
 
@@ -90,7 +95,7 @@ def _exp_poly(x, t, r, high):
     if high:
         res = res * tirx.Select(bits > _i(_EXP_MAGIC_BITS + 127), _c(2.0), _c(1.0))
         res = tirx.Select(x > _c(88.72283935546875), _c(float("inf")), res)
-    return tirx.Select(_is_number(x), res, x)  # NaN stays NaN
+    return res
 
 
 _TANH_P = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
@@ -131,12 +136,34 @@ FLT_MAX = 3.4028234663852886e38
 
 def log(x, rng=None):
     """log(x); `rng` (as for exp) drops the zero, negative, subnormal and infinity handling when
-    it proves x a finite normal positive number."""
+    it proves x a finite normal positive number, and the range reduction when it proves x in
+    [1, 2]."""
     if _dtype(x) != F32:
         return te.log(x)
+    if rng is not None and rng.within(*LOG_UNIT_RANGE):
+        return _let(x - _c(1.0), _log1p_unit)
     normal = rng is not None and rng.lo >= FLT_MIN_NORMAL
     finite = rng is not None and rng.hi <= FLT_MAX
     return _let(x, lambda x: _log(x, normal, finite))
+
+
+# log(x) for x in [1, 2], where softplus's 1 + exp(-|x|) (every sigmoid cross-entropy) and
+# log(1 + p) of a probability lie: u = x - 1 is exact there (Sterbenz), and log(1 + u) =
+# u + u^2 P(u) on [-1e-3, 1 + 1e-3] (the range rules widen their bounds by ~1e-6 an op), a
+# least-squares fit weighted to the result's relative error. No exponent to extract, no
+# special case (NaN passes through the arithmetic), no select: 11 vector ops where the general
+# path takes ~22, and a dependence chain half as long. Max error 1.26 ulp on every float32 of
+# [1, 2] (the general path's is 0.78; near 2 the u^2 P(u) term is ~0.3 of the result).
+# Kernel alone, interleaved, LLC flushed, two runs: yolo loss ~2380 0.74x, ~6853 0.85-0.87x,
+# ~3153 0.85-0.88x
+LOG_UNIT_RANGE = (1.0 - 1e-3, 2.0 + 1e-3)
+_LOG1P_P = (-3.4500742331147194e-3, 2.0868370309472084e-2, -5.905577167868614e-2, 1.0837534070014954e-1,
+            -1.545848250389099e-1, 1.9735097885131836e-1, -2.496713548898697e-1, 3.333141803741455e-1,
+            -4.9999967217445374e-1)
+
+
+def _log1p_unit(u):
+    return u * u * _horner(_LOG1P_P, u) + u
 
 
 def _log(x, normal, finite):

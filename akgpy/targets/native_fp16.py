@@ -30,11 +30,11 @@ _OPS = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div)
 
 
 @functools.cache
-def _fence_id() -> int:
+def fence_id() -> int:
     return int(tirx.call_llvm_pure_intrin("float32", _FENCE, tirx.FloatImm("float32", 0.0)).args[0].value)
 
 
-def _unfenced(x, fid: int):
+def unfenced(x, fid: int):
     if isinstance(x, ir.Call) and x.op.name == "tirx.call_llvm_pure_intrin" and int(x.args[0].value) == fid:
         return x.args[-1]
     return x
@@ -54,13 +54,13 @@ def _half(x):
 def native_fp16(func):
     """`func` with each float16-rounded float32 + - * / of float16 operands done in float16;
     unchanged when there is none. Runs on scheduled TIR, before vectorisation."""
-    fid, count = _fence_id(), [0]
+    fid, count = fence_id(), [0]
 
     def on_cast(c, mut):
         c = mut.default_mutate(c)  # operands first: a chain turns float16 from its leaves up
         if not isinstance(c, tirx.Cast) or str(c.ty) != "float16":
             return c
-        op = _unfenced(c.value, fid)
+        op = unfenced(c.value, fid)
         if not isinstance(op, _OPS) or str(op.ty) != "float32":
             return c
         a, b = _half(op.a), _half(op.b)

@@ -4,6 +4,7 @@
     akgpy          + broadcast operands' vector loads as a load and a shuffle (vector_loads),
                    loop-carried vector updates of odd widths in register-sized chunks
                    (split_accumulators),
+                   float max/min with numpy's NaN and -inf semantics (nan_extrema),
                    software prefetch ahead of streamed reads where the schedule asks (prefetch)
     akgpy-stream   + streaming stores into the outputs the schedule marked (stream_stores);
                    x86 only: the stores are x86 non-temporal moves and an sfence
@@ -13,6 +14,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
+from .nan_extrema import nan_extrema
 from .prefetch import prefetch_func
 from .split_accumulators import split_func
 from .stream_stores import stream_func
@@ -27,7 +29,7 @@ def _factory(stream: bool):
         lower, finalize_host, finalize_device = default_s_tir_pipeline()
 
         def passes(f, _mod, _ctx):
-            f = prefetch_func(split_func(shuffle_loads(f)))
+            f = prefetch_func(nan_extrema(split_func(shuffle_loads(f))))
             return stream_func(f) if stream else f
 
         @tvm.transform.module_pass(opt_level=0, name="akgpy.VectorPasses")

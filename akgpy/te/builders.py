@@ -16,6 +16,7 @@ from ..errors import UnsupportedOpError
 from ..graph.ir import NZ, Op, Tensor
 from ..ops.registry import Category, lookup, matmul_dims, reduce_axes
 from . import fastmath
+from .extrema import nan_extremum
 from .index import digit_groups, logical_to_nz, nz_to_logical, repeats_every, reshape_index
 from .lower import Lowerer, Operand, compute_dtype, logical, storage
 
@@ -81,6 +82,38 @@ def _div(a, b):
     if dt(a).startswith(("int", "uint")):
         return tirx.truncdiv(a, b)
     return a / b
+
+
+# graph ops whose output element is NaN whenever the same element of an input of the output's
+# shape is: a NaN reaches a later Maximum through them
+_NAN_KEEPING = frozenset({"Add", "TensorAdd", "Sub", "Mul", "RealDiv", "Neg", "Abs", "Exp", "Log", "Sqrt", "Rsqrt",
+                          "Reciprocal", "Tanh", "Erf", "Cast", "AddN"})
+
+
+def _nan_reaches(g, x: str, y: str) -> bool:
+    """Every NaN element of tensor x makes the same element of y NaN."""
+    shape = g.tensors[y].shape
+
+    def follow(op):
+        if op.name not in _NAN_KEEPING or not g.tensors[op.outputs[0]].dtype.startswith("float"):
+            return ()
+        return [i for i in op.inputs if g.tensors[i].shape == shape and g.tensors[i].dtype.startswith("float")]
+    return g.tensors[x].shape == shape and any(t == x for t, _ in g.ancestors(y, follow))
+
+
+def extremum(is_max: bool) -> Callable:
+    """Maximum/Minimum as numpy's: NaN when either operand is (te/extrema.py), with one select
+    where a NaN in one operand always reaches the other (leaky ReLU's max(0.1 x, x))."""
+    def build(lw: Lowerer, op: Op, ins: list[Operand], out: Tensor):
+        a, b = op.inputs
+        swap = not _nan_reaches(lw.g, b, a) and _nan_reaches(lw.g, a, b)
+        one = swap or _nan_reaches(lw.g, b, a)
+
+        def fn(x, y):
+            x, y = (y, x) if swap else (x, y)
+            return nan_extremum(x, y, is_max, b_nan_makes_a_nan=one)
+        return elementwise(fn)(lw, op, ins, out)
+    return build
 
 
 def _select(c, x, y):
@@ -485,7 +518,7 @@ BUILDERS: dict[str, Callable] = {
     "Rsqrt": E(lambda x: _one(x) / te.sqrt(x)), "Reciprocal": E(lambda x: _div(_one(x), x)), "Tanh": math(fastmath.tanh, te.tanh),
     "Erf": E(fastmath.erf),
     "Add": E(lambda a, b: a + b), "TensorAdd": E(lambda a, b: a + b), "Sub": E(lambda a, b: a - b),
-    "Mul": E(lambda a, b: fence(a * b)), "RealDiv": E(_div), "Maximum": E(tirx.max), "Minimum": E(tirx.min),
+    "Mul": E(lambda a, b: fence(a * b)), "RealDiv": E(_div), "Maximum": extremum(True), "Minimum": extremum(False),
     "Pow": E(te.power),
     "Greater": E(lambda a, b: a > b), "GreaterEqual": E(lambda a, b: a >= b),
     "Less": E(lambda a, b: a < b), "LessEqual": E(lambda a, b: a <= b),

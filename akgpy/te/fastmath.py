@@ -196,10 +196,12 @@ def _log_poly(x, m, ef, special, finite):
     res = m + y + ef * _c(0.693359375)
     if special:
         res = tirx.Select(x == _c(0.0), _c(float("-inf")), res)
-        res = tirx.Select(x < _c(0.0), _c(float("nan")), res)
+        # `x >= 0` is false for NaN too: this select gives NaN for negative and NaN arguments
+        # alike, and no NaN test of its own is left (2 of the ~30 ops)
+        res = tirx.Select(x >= _c(0.0), res, _c(float("nan")))
     if not finite:
         res = tirx.Select(x == _c(float("inf")), x, res)
-    return tirx.Select(_is_number(x), res, x)
+    return res if special else tirx.Select(_is_number(x), res, x)
 
 
 # Eigen's float erf (generic_fast_erf_float): x * P(x^2) / Q(x^2) on [-4, 4], where erf is +-1

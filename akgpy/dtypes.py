@@ -19,6 +19,13 @@ INTS = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"
 COMPLEX_PART = {"complex64": "float32", "complex128": "float64"}
 
 
+def vector_parts(ty) -> tuple[str, int]:
+    """(element dtype, lanes) of a TVM type or dtype string: "float32x8" -> ("float32", 8)."""
+    s = str(getattr(ty, "dtype", ty))
+    elem, _, n = s.partition("x")
+    return elem, int(n) if n else 1
+
+
 def check(dtype: str, *, op: str | None = None, tensor: str | None = None) -> str:
     if dtype not in NUMPY:
         raise ShapeError(f"unknown data_type {dtype!r}; known: {sorted(NUMPY)}", op=op, tensor=tensor)

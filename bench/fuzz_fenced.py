@@ -9,7 +9,8 @@ argument faults, and a wrong value is a mismatch.
 Graphs run in child processes; before each one the child writes the graph's composite JSON
 to DIR/current.json, so a child that dies leaves its culprit behind (kept as DIR/fault-K.json,
 mismatches and compile errors as DIR/mismatch-K.json, DIR/error-K.json, each with the config
-in a .cfg file beside it, with the schedule and whether the graph is a whole model). Exits 1 if any graph faulted, mismatched or failed to compile.
+in a .cfg file beside it, with the schedule and whether the graph is a whole model). Exits 1
+if any graph faulted, mismatched or failed to compile.
 """
 from __future__ import annotations
 

@@ -39,9 +39,10 @@ PAGE, STAGGER = 4096, 256
 _slots = itertools.count()
 
 
-def _start(raw: np.ndarray) -> int:
-    """Where in `raw` (PAGE bytes longer than needed) the next buffer starts."""
-    return ((next(_slots) % (PAGE // STAGGER)) * STAGGER - raw.ctypes.data) % PAGE
+def _staggered(n: int) -> tuple[np.ndarray, int]:
+    """A raw byte buffer PAGE bytes longer than `n` and where in it the next buffer starts."""
+    raw = np.empty(n + PAGE, dtype=np.uint8)
+    return raw, ((next(_slots) % (PAGE // STAGGER)) * STAGGER - raw.ctypes.data) % PAGE
 
 
 def aligned_empty(shape, dtype) -> np.ndarray:
@@ -51,8 +52,7 @@ def aligned_empty(shape, dtype) -> np.ndarray:
         raw = np.empty(n + ALIGN, dtype=np.uint8)
         off = (-raw.ctypes.data) % ALIGN
     else:
-        raw = np.empty(n + PAGE, dtype=np.uint8)
-        off = _start(raw)
+        raw, off = _staggered(n)
     return raw[off:off + n].view(dt).reshape(shape)
 
 
@@ -103,6 +103,10 @@ class OutputPool:
             out.append(np.ndarray(shape, dtype, entry[0], entry[1]))  # a view: its base is the raw buffer
         return out
 
+    @staticmethod
+    def _new(n: int) -> tuple[np.ndarray, int]:
+        return _staggered(n)  # its raw size, n + PAGE, is the bucket key (take_all)
+
     def _reclaim(self) -> None:
         still = []
         for entry in self._lent:
@@ -116,11 +120,6 @@ class OutputPool:
             else:
                 still.append(entry)
         self._lent = still
-
-    @staticmethod
-    def _new(n: int) -> tuple[np.ndarray, int]:
-        raw = np.empty(n + PAGE, dtype=np.uint8)  # its size is the bucket key (take_all)
-        return raw, _start(raw)
 
 
 def as_aligned(a: np.ndarray) -> np.ndarray:

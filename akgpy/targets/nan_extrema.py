@@ -76,9 +76,8 @@ def nan_extrema(func):
         if not is_float(e):
             return e if a.same_as(e.a) and b.same_as(e.b) else type(e)(a, b)
         count[0] += 1
-        if _nan_implies(a, b):
-            a, b = b, a
-        return nan_extremum(a, b, isinstance(e, tirx.Max), b_nan_makes_a_nan=_nan_implies(b, a))
+        return nan_extremum(a, b, isinstance(e, tirx.Max), a_nan_in_b=_nan_implies(a, b),
+                            b_nan_in_a=_nan_implies(b, a))
 
     body = tvm_ffi.structural_mutate(func.body, [(tirx.BufferStore, on_store), (tirx.Max, on_extremum),
                                                  (tirx.Min, on_extremum)])

@@ -39,6 +39,7 @@ import tvm_ffi
 from tvm import ir, tirx
 from tvm.sym import detect_linear_equation
 
+from ..dtypes import vector_parts
 from ..schedule.stream import ATTR, SHARE_ATTR, STREAM_SHARE, WHOLE_ATTR
 
 LINE = 64
@@ -51,10 +52,7 @@ _LLVM_TYPES = {"float16": "half", "bfloat16": "bfloat", "float32": "float", "flo
 def _vector(ty) -> tuple[str, int, int] | None:
     """(element dtype, lanes, bytes) of a vector type of whole cache lines, or of half or a
     quarter of one, else None."""
-    elem, lanes = str(ty.dtype if hasattr(ty, "dtype") else ty), 1
-    if "x" in elem:
-        elem, n = elem.split("x")
-        lanes = int(n)
+    elem, lanes = vector_parts(ty)
     if lanes < 2 or elem not in _LLVM_TYPES:
         return None
     size = lanes * tvm.runtime.DataType(elem).bits // 8

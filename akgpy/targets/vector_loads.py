@@ -18,13 +18,14 @@ import tvm_ffi
 from tvm import ir, tirx
 from tvm.sym import Analyzer
 
+from ..dtypes import vector_parts
+
 # a span wider than this many lanes is a strided read (a transpose's column), not a broadcast
 MAX_SPAN_PER_LANE = 1
 
 
 def _lanes(ty) -> int:
-    s = str(ty.dtype if hasattr(ty, "dtype") else ty)
-    return int(s.split("x")[1]) if "x" in s else 1
+    return vector_parts(ty)[1]
 
 
 def _lane(e, i: int, lets: dict):

@@ -106,13 +106,8 @@ def extremum(is_max: bool) -> Callable:
     where a NaN in one operand always reaches the other (leaky ReLU's max(0.1 x, x))."""
     def build(lw: Lowerer, op: Op, ins: list[Operand], out: Tensor):
         a, b = op.inputs
-        swap = not _nan_reaches(lw.g, b, a) and _nan_reaches(lw.g, a, b)
-        one = swap or _nan_reaches(lw.g, b, a)
-
-        def fn(x, y):
-            x, y = (y, x) if swap else (x, y)
-            return nan_extremum(x, y, is_max, b_nan_makes_a_nan=one)
-        return elementwise(fn)(lw, op, ins, out)
+        kw = {"a_nan_in_b": _nan_reaches(lw.g, a, b), "b_nan_in_a": _nan_reaches(lw.g, b, a)}
+        return elementwise(lambda x, y: nan_extremum(x, y, is_max, **kw))(lw, op, ins, out)
     return build
 
 

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 from tvm import ir, tirx
 
+from ..dtypes import vector_parts
+
 
 def elem(ty) -> str:
-    return str(ty.dtype if hasattr(ty, "dtype") else ty).split("x")[0]
-
-
-def lanes(ty) -> int:
-    s = str(ty.dtype if hasattr(ty, "dtype") else ty)
-    return int(s.split("x")[1]) if "x" in s else 1
+    return vector_parts(ty)[0]
 
 
 def is_float(e) -> bool:
@@ -28,8 +25,8 @@ def is_float(e) -> bool:
 
 def const(value: float, like):
     """`value` in the type of `like`, broadcast when `like` is a vector."""
-    c = tirx.FloatImm(elem(like.ty), value)
-    n = lanes(like.ty)
+    dtype, n = vector_parts(like.ty)
+    c = tirx.FloatImm(dtype, value)
     return tirx.Broadcast(c, n) if n > 1 else c
 
 
@@ -40,15 +37,16 @@ def const_value(e):
     return float(e.value) if isinstance(e, tirx.FloatImm) else None
 
 
-def nan_extremum(a, b, is_max: bool, *, b_nan_makes_a_nan: bool = False):
-    """max(a, b) (min when not is_max), NaN when either is. `b_nan_makes_a_nan`: a NaN b always
-    makes a NaN, so one select keeps every NaN; so does a non-NaN constant b (either side)."""
+def nan_extremum(a, b, is_max: bool, *, a_nan_in_b: bool = False, b_nan_in_a: bool = False):
+    """max(a, b) (min when not is_max), NaN when either is. `a_nan_in_b`/`b_nan_in_a`: a NaN
+    in that operand always makes the other NaN; then one select keeps every NaN, as it does
+    against a non-NaN constant (either side)."""
     if not is_float(a):
         return tirx.max(a, b) if is_max else tirx.min(a, b)
-    if const_value(a) is not None:
-        a, b = b, a
+    if const_value(a) is not None or (a_nan_in_b and not b_nan_in_a):
+        a, b = b, a  # the select keeps a's NaN: b is the constant or the operand whose NaN a carries
     c = const_value(b)
-    if (c is not None and c == c) or b_nan_makes_a_nan:
+    if (c is not None and c == c) or a_nan_in_b or b_nan_in_a:
         return _bind(a, lambda a: tirx.Select(a < b if is_max else a > b, b, a))
     return _bind(a, lambda a: _bind(b, lambda b: tirx.Select(
         is_number(b), tirx.Select(a < b if is_max else a > b, b, a), b)))
@@ -67,9 +65,9 @@ def is_number(b):
     of a value widened from float16 is narrowed by LLVM to a float16 compare, whose mask it
     then packs and unpacks around every blend (bert's float16 softmaxes: 1.10-1.11x the time
     without NaN handling that way, 1.06-1.07x by the bits)."""
-    if elem(b.ty) != "float32":
+    dtype, n = vector_parts(b.ty)
+    if dtype != "float32":
         return tirx.abs(b) <= const(float("inf"), b)
-    n = lanes(b.ty)
 
     def i32(v):
         c = tirx.IntImm("int32", v)

@@ -144,6 +144,23 @@ def test_a_second_pass_is_prefetched_unless_it_rereads_a_small_region():
 
 
 @T.prim_func
+def _run_of_rows(A: T.Buffer((4096 * 3072,), "float16"), B: T.Buffer((64,), "float64")):
+    for k in range(512):  # a column sum adding a run of 8 rows a step (targets/sum_runs.py)
+        B[T.Ramp(0, 1, 64)] = B[T.Ramp(0, 1, 64)] + T.Cast("float64x64", (
+            (T.Cast("float32x64", A[T.Ramp(k * 24576, 1, 64)]) + T.Cast("float32x64", A[T.Ramp(k * 24576 + 3072, 1, 64)]))
+            + (T.Cast("float32x64", A[T.Ramp(k * 24576 + 6144, 1, 64)]) + T.Cast("float32x64", A[T.Ramp(k * 24576 + 9216, 1, 64)])))
+            + ((T.Cast("float32x64", A[T.Ramp(k * 24576 + 12288, 1, 64)]) + T.Cast("float32x64", A[T.Ramp(k * 24576 + 15360, 1, 64)]))
+               + (T.Cast("float32x64", A[T.Ramp(k * 24576 + 18432, 1, 64)]) + T.Cast("float32x64", A[T.Ramp(k * 24576 + 21504, 1, 64)]))))
+
+
+def test_the_reads_of_one_step_count_together():
+    """The 8 rows of a run read 8 x 128 bytes a step: 2 KiB ahead is 2 steps (16 rows), not the
+    16 steps (128 rows, 768 KiB, past L2) that one 128-byte read alone would ask for."""
+    got = _offsets(_prefetched(_run_of_rows))  # offsets from row 0's read: row j's are j rows on
+    assert sorted(off for _, off in got) == [(16 + j) * 3072 + 32 * m for j in range(8) for m in (0, 1)]
+
+
+@T.prim_func
 def _backwards(A: T.Buffer((65536,)), B: T.Buffer((65536,))):
     for i in range(4096):  # a reversed walk prefetches below the read
         B[T.Ramp(i * 16, 1, 16)] = A[T.Ramp(65520 - i * 16, 1, 16)]

@@ -80,14 +80,17 @@ def prefetch_func(func):
     frames: list = []  # per enclosing loop: _Frame
     count = [0]
 
-    def prefetches(ld) -> list:
+    def walk(ld):
+        """(buffer name, linear coefficients of the read's start) of a qualifying load, else None."""
         idx = list(ld.indices)
         if (len(idx) != 1 or not isinstance(idx[0], tirx.Ramp) or not _is_one(idx[0].stride)
                 or str(ld.source.data) in local or str(ld.source.data) in written):
-            return []
-        name = str(ld.source.data)
+            return None
+        return str(ld.source.data), _linear(_inline(idx[0].base, lets), loops)
+
+    def prefetches(ld, name, got, group) -> list:
+        idx = list(ld.indices)
         el = max(1, (tvm.runtime.DataType(str(ld.source.dtype)).bits + 7) // 8)  # bool: a byte
-        got = _linear(_inline(idx[0].base, lets), loops)
         coef = next((c for c in reversed(got[:-1]) if c), 0) if got else 0  # innermost loop moving it
         span = _span(got, loops) if coef else 0
         if span * el < REUSED_BYTES:
@@ -100,8 +103,9 @@ def prefetch_func(func):
             if _span(got[i:-1], loops[i:]) * el <= REREAD_BYTES:
                 f.reads.add((name, got[:i], got[-1]))
         # iterations ahead: the distance over the new bytes each iteration reads (a strided walk
-        # reads one vector's lines per step however far apart the steps are)
-        fresh = min(abs(coef) * el, max(LINE, _lanes(idx[0].ty) * el))
+        # reads one vector's lines per step however far apart the steps are; `group` loads that
+        # move together, a run of rows summed in one step (sum_runs), read as many)
+        fresh = min(abs(coef) * el, group * max(LINE, _lanes(idx[0].ty) * el))
         ahead = coef * max(1, math.ceil(distance / fresh))
         if abs(ahead) > span:  # past everything the nest reads: two rows 100M apart
             return []
@@ -123,7 +127,11 @@ def prefetch_func(func):
             return st
         loads = []
         tvm_ffi.structural_walk(st.value, [(ir.TensorLoad, loads.append)])
-        pre = [p for ld in loads for p in prefetches(ld)]
+        walks = [(ld, w) for ld in loads if (w := walk(ld)) is not None and w[1]]
+        offsets: dict = {}  # (buffer, loop coefficients) -> the distinct offsets read with them
+        for _, (name, got) in walks:
+            offsets.setdefault((name, got[:-1]), set()).add(got[-1])
+        pre = [p for ld, (name, got) in walks for p in prefetches(ld, name, got, len(offsets[name, got[:-1]]))]
         count[0] += len(pre)
         return tirx.SeqStmt(pre + [st]) if pre else st
 

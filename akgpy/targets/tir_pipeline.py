@@ -2,6 +2,7 @@
 (they need vector loads and stores, which exist only after TVM's lowering).
 
     akgpy          + broadcast operands' vector loads as a load and a shuffle (vector_loads),
+                   float64 sums of float16 terms in float32 runs of up to 8 (sum_runs),
                    loop-carried vector updates of odd widths in register-sized chunks
                    (split_accumulators),
                    float max/min with numpy's NaN and -inf semantics (nan_extrema),
@@ -18,6 +19,7 @@ from .nan_extrema import nan_extrema
 from .prefetch import prefetch_func
 from .split_accumulators import split_func
 from .stream_stores import stream_func
+from .sum_runs import sum_runs
 from .vector_loads import shuffle_loads
 
 PLAIN, STREAM = "akgpy", "akgpy-stream"
@@ -29,7 +31,7 @@ def _factory(stream: bool):
         lower, finalize_host, finalize_device = default_s_tir_pipeline()
 
         def passes(f, _mod, _ctx):
-            f = prefetch_func(nan_extrema(split_func(shuffle_loads(f))))
+            f = prefetch_func(nan_extrema(split_func(sum_runs(shuffle_loads(f)))))
             return stream_func(f) if stream else f
 
         @tvm.transform.module_pass(opt_level=0, name="akgpy.VectorPasses")

@@ -21,6 +21,7 @@ import tvm
 import tvm_ffi
 from tvm import ir, tirx
 
+from .rewrite import rewrite_each
 from .stream_stores import _is_one
 from .vector_loads import _lanes
 
@@ -73,14 +74,4 @@ def _split(store):
 def split_func(func):
     """`func` with every loop-carried vector update of a non-power-of-two width split into
     register-sized chunks; unchanged when there is none."""
-    count = [0]
-
-    def on_store(st, mut):
-        got = _split(st)
-        if got is None:
-            return mut.default_mutate(st)
-        count[0] += 1
-        return got
-
-    body = tvm_ffi.structural_mutate(func.body, [(tirx.BufferStore, on_store)])
-    return func.with_body(body) if count[0] else func
+    return rewrite_each(func, tirx.BufferStore, _split)

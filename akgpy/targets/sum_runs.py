@@ -38,6 +38,7 @@ from tvm import ir, tirx
 from tvm.sym import Analyzer
 
 from ..dtypes import vector_parts
+from .rewrite import rewrite_each
 
 MAX_RUN = 8
 # term dtypes whose float32 runs cannot overflow (and are exact, but for float16's)
@@ -146,14 +147,4 @@ def _runs(loop):
 
 def sum_runs(func):
     """`func` with each qualifying sum's loop in float32 runs; unchanged when there is none."""
-    count = [0]
-
-    def on_for(loop, mut):
-        got = _runs(loop)
-        if got is None:
-            return mut.default_mutate(loop)
-        count[0] += 1
-        return got
-
-    body = tvm_ffi.structural_mutate(func.body, [(tirx.For, on_for)])
-    return func.with_body(body) if count[0] else func
+    return rewrite_each(func, tirx.For, _runs)

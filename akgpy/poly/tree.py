@@ -407,9 +407,13 @@ def _up_to_depth(node, depth: int):
 
 def _merged_group(model, leaf, m: Merged, opts, notes, tiles, where, coalesced, order):
     """The shared loop (parallel when the work allows), and below it each original part built
-    as `_group` builds a top-level part, its shared dim pinned and no parallel loop of its own."""
+    as `_group` builds a top-level part, its shared dim pinned and no parallel loop of its own;
+    where the shared loops are all of every statement's (`_whole_loops`), one fused band."""
     ctx = model.ctx
     stmts = [model.statement(n) for n in m.rows]
+    if _whole_loops(stmts, m):
+        return _group(model, leaf, sorted(stmts, key=lambda s: order[s.name]), _one_band(model, m), opts, notes,
+                      tiles, where, coalesced)
     node = leaf.insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff(m.upas[0]))
     node = node.band_set_permutable(1).band_member_set_coincident(0, 1)
     if _parallel_mark(model, stmts, {s.name: [s.dims[m.rows[s.name][0]]] for s in stmts}, [True], opts, notes, where):
@@ -430,6 +434,32 @@ def _merged_group(model, leaf, m: Merged, opts, notes, tiles, where, coalesced, 
                       coalesced, outer={s.name: set(m.rows[s.name]) for s in part})
         seq = _up_to_depth(node, seq.get_tree_depth())
     return seq
+
+
+def _whole_loops(stmts, m: Merged) -> bool:
+    """Do the shared loops run every dim of every statement, all elementwise? Then the parts
+    isl split apart are one loop nest after all, built as one fused band (`_one_band`) that
+    coalesces and vectorises like any other: as nested single loops with nothing below them,
+    every statement was a scalar loop (deep_fm's [8000] `~5606`, kernel alone, A/B: 0.134 ->
+    0.078 ms)."""
+    return all(s.kind == "compute" and len(m.rows[s.name]) == len(m.upas)
+               and set(m.rows[s.name]) >= {d for d, e in enumerate(extents(s)) if e > 1} for s in stmts)
+
+
+def _one_band(model, m: Merged):
+    """The shared loops as one permutable, coincident band (of a throwaway tree), which `_group`
+    builds on like a band isl returned."""
+    mupa = isl.MultiUnionPwAff.from_union_pw_aff(m.upas[0])
+    for upa in m.upas[1:]:
+        mupa = mupa.flat_range_product(isl.MultiUnionPwAff.from_union_pw_aff(upa))
+    domain = None
+    for f, _ in m.parts:
+        domain = f if domain is None else domain.union(f)
+    node = isl.Schedule.from_domain(domain).get_root().child(0).insert_partial_schedule(mupa)
+    node = node.band_set_permutable(1)
+    for q in range(len(m.upas)):
+        node = node.band_member_set_coincident(q, 1)
+    return node
 
 
 def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced, outer=None):

@@ -122,6 +122,17 @@ def test_a_float16_column_sum_adds_in_float32_and_matches():
     assert not check_program(g, prog)
 
 
+def test_a_float16_sum_widened_straight_to_float64_runs_too():
+    """ReduceSum of a float16 input (no Cast op) widens each term straight to float64."""
+    b = GraphBuilder("column_sum_direct")
+    x = b.input("x", (256, 512), "float16")
+    b.output(b.reduce_sum(x, axis=0))
+    g = b.build()
+    prog = akgpy.fuse(g)
+    assert _float_adds(prog) > 0
+    assert not check_program(g, prog)
+
+
 def test_without_the_pass_no_float32_add_is_there(monkeypatch):
     """What the pass adds: the same kernel without it only widens each term and adds float64."""
     monkeypatch.setattr(tir_pipeline, "sum_runs", lambda f: f)

@@ -46,14 +46,21 @@ RUN_SOURCES = frozenset({"float16", "int8", "uint8", "int16", "uint16", "bool"})
 
 
 def run_term(e):
-    """The float32 term of `f64(f32(x))`, x a load of a `RUN_SOURCES` dtype, else None."""
+    """The float32 term of `f64(f32(x))` or `f64(x)`, x a load of a `RUN_SOURCES` dtype (a
+    ReduceSum of a float16 input widens it straight to float64), else None."""
     if not isinstance(e, tirx.Cast) or vector_parts(e.ty)[0] != "float64":
         return None
     inner = e.value
-    if (isinstance(inner, tirx.Cast) and vector_parts(inner.ty)[0] == "float32"
-            and isinstance(inner.value, ir.TensorLoad) and vector_parts(inner.value.ty)[0] in RUN_SOURCES):
-        return inner
-    return None
+    if isinstance(inner, tirx.Cast) and vector_parts(inner.ty)[0] == "float32":
+        return inner if _narrow_load(inner.value) else None
+    if not _narrow_load(inner):
+        return None
+    lanes = vector_parts(e.ty)[1]
+    return tirx.Cast("float32" if lanes == 1 else f"float32x{lanes}", inner)
+
+
+def _narrow_load(x) -> bool:
+    return isinstance(x, ir.TensorLoad) and vector_parts(x.ty)[0] in RUN_SOURCES
 
 
 def update_parts(store):

@@ -5,22 +5,22 @@ is a widened float16 (or a small integer or bool cast to float), converting ever
 float64 costs more than the memory delivering it: two conversions per element and a float64
 add on half a register's lanes.
 
-A serial loop directly around such a sum's update `acc[R] = acc[R] + f64(f32(x))`, whose index
-R does not move with the loop (a column sum's rows; `poly/columns.py`'s rows a step), becomes
-runs of U iterations: the U terms added pairwise in float32, the run's total widened once and
-added to the accumulator. U is the largest divisor of the loop's extent up to `MAX_RUN`; a
-loop over the runs remains. A loop of `MAX_RUN` iterations or fewer that walks one row, vector
-after vector (a short row summed into lane partials), is left alone: on resnet's 7 x 7 average
-pools (`~9221`, 6 steps of 8 lanes) runs measured 1.10-1.25x slower, kernel alone, interleaved
-(memory-bound; the cause was not pinned down).
+A serial loop directly around such a sum's update `acc[R] = acc[R] + f64(f32(x))` (or
+`f64(x)`), whose index R does not move with the loop (a column sum's rows; `poly/columns.py`'s
+rows a step), becomes runs of U iterations: the U terms added pairwise in float32, the run's
+total widened once and added to the accumulator. U is the largest divisor of the loop's extent
+up to `MAX_RUN`; a loop over the runs remains. A loop of `MAX_RUN` iterations or fewer that
+walks one row, vector after vector (a short row summed into lane partials), is left alone: on
+resnet's 7 x 7 average pools (`~9221`, 6 steps of 8 lanes) runs measured 1.10-1.25x slower,
+kernel alone, interleaved (memory-bound; the cause was not pinned down).
 
-Float16 column sums, kernel alone, 2 threads, this Zen 3 host, A/B in one process (ranges over
-repeated runs): cache-resident, [2048, 1024] 0.58-0.70x the time, [2048, 3072] 0.58-0.61x,
-[1216, 30522] (the shape of bert's output-bias gradient; `poly/columns.py`'s blocks) 0.73-0.90x; with the
-LLC flushed before each call [2048, 1024] 0.83x, [1216, 30522] 0.82-0.90x, but [2048, 3072]
-1.08-1.13x (its 64-column vectors: 8 rows of them per step; neither the pairwise order nor a
-sequential one changed that). The 13 corpus graphs it changes, flushed, medians of 20: 0.75-1.06x,
-12 of them at or under 1.02x.
+Float16 column sums, kernel alone, 2 threads, this Zen 3 host, A/B in one process (ranges
+over repeated runs): cache-resident, [2048, 1024] 0.58-0.70x the time, [2048, 3072]
+0.58-0.61x, [1216, 30522] (the shape of bert's output-bias gradient; `poly/columns.py`'s
+blocks) 0.73-0.90x; with the LLC flushed before each call [2048, 1024] 0.83x, [1216, 30522]
+0.82-0.90x, but [2048, 3072] 1.08-1.13x (its 64-column vectors: 8 rows of them per step;
+neither the pairwise order nor a sequential one changed that). The 13 corpus graphs it
+changes, flushed, medians of 20: 0.75-1.06x, 12 of them at or under 1.02x.
 
 Why the sum keeps its contract:
 - Integer and bool terms (at most 16 bits): a run of 8 is at most 8 * 65535 < 2^24, exact in

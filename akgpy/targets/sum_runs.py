@@ -15,12 +15,13 @@ resnet's 7 x 7 average pools (`~9221`, 6 steps of 8 lanes) runs measured 1.10-1.
 kernel alone, interleaved (memory-bound; the cause was not pinned down).
 
 Float16 column sums, kernel alone, 2 threads, this Zen 3 host, A/B in one process (ranges
-over repeated runs): cache-resident, [2048, 1024] 0.58-0.70x the time, [2048, 3072]
-0.58-0.61x, [1216, 30522] (the shape of bert's output-bias gradient; `poly/columns.py`'s
-blocks) 0.73-0.90x; with the LLC flushed before each call [2048, 1024] 0.83x, [1216, 30522]
-0.82-0.90x, but [2048, 3072] 1.08-1.13x (its 64-column vectors: 8 rows of them per step;
-neither the pairwise order nor a sequential one changed that). The 13 corpus graphs it
-changes, flushed, medians of 20: 0.75-1.06x, 12 of them at or under 1.02x.
+over repeated runs, which this host's memory bandwidth moved a lot): cache-resident, [2048,
+1024] 0.51-0.70x the time, [2048, 3072] 0.53-0.61x, [1216, 30522] (the shape of bert's
+output-bias gradient; `poly/columns.py`'s blocks) 0.73-0.90x; with the LLC flushed before each
+call [2048, 1024] 0.83-1.05x, [2048, 3072] 0.94-1.13x (its 64-column vectors, 8 rows of them a
+step; runs of 4 read 0.89-0.92x in the same runs, and lost on [1216, 30522]), [1216, 30522]
+0.80-0.90x. The 13 corpus graphs it changes, flushed, medians of 20: 0.75-1.06x, 12 of them at
+or under 1.02x.
 
 Why the sum keeps its contract:
 - Integer and bool terms (at most 16 bits): a run of 8 is at most 8 * 65535 < 2^24, exact in

@@ -16,7 +16,7 @@ kernel alone, interleaved (memory-bound; the cause was not pinned down).
 
 Float16 column sums, kernel alone, 2 threads, this Zen 3 host, A/B in one process (ranges
 over repeated runs, which this host's memory bandwidth moved a lot): cache-resident, [2048,
-1024] 0.51-0.70x the time, [2048, 3072] 0.53-0.61x, [1216, 30522] (the shape of bert's
+1024] 0.47-0.70x the time, [2048, 3072] 0.53-0.61x, [1216, 30522] (the shape of bert's
 output-bias gradient; `poly/columns.py`'s blocks) 0.73-0.90x; with the LLC flushed before each
 call [2048, 1024] 0.83-1.05x, [2048, 3072] 0.94-1.13x (its 64-column vectors, 8 rows of them a
 step; runs of 4 read 0.89-0.92x in the same runs, and lost on [1216, 30522]), [1216, 30522]

@@ -12,10 +12,11 @@ that is the reduction's initial value, and it becomes -inf (+inf).
 from __future__ import annotations
 
 import tvm_ffi
-from tvm import ir, tirx
+from tvm import tirx
 
 from ..te.extrema import const, const_value, elem, is_float, nan_extremum
 from .native_fp16 import fence_id, unfenced
+from .rewrite import update_parts
 
 # ops whose result is NaN whenever an operand is (so are float casts and LLVM's arithmetic fence)
 _ARITH = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div)
@@ -45,10 +46,8 @@ def _accumulators(body) -> dict:
     found = {}
 
     def on_store(st):
-        v = st.value
-        if isinstance(v, (tirx.Max, tirx.Min)) and is_float(v) and any(
-                isinstance(o, ir.TensorLoad) and o.source.same_as(st.buffer) for o in (v.a, v.b)):
-            found[st.buffer] = isinstance(v, tirx.Max)
+        if update_parts(st, (tirx.Max, tirx.Min)) is not None and is_float(st.value):
+            found[st.buffer] = isinstance(st.value, tirx.Max)
     tvm_ffi.structural_walk(body, [(tirx.BufferStore, on_store)])
     return found
 

@@ -1,8 +1,9 @@
-"""The walk akgpy's TIR passes share: replace each node of one type that a rewrite returns a
-replacement for, and look inside the others."""
+"""What akgpy's TIR passes share: the walk that replaces each node of one type a rewrite returns
+a replacement for (looking inside the others), and the parts of a loop-carried update."""
 from __future__ import annotations
 
 import tvm_ffi
+from tvm import ir
 
 
 def rewrite_each(func, node_type, rewrite):
@@ -19,3 +20,17 @@ def rewrite_each(func, node_type, rewrite):
 
     body = tvm_ffi.structural_mutate(func.body, [(node_type, on_node)])
     return func.with_body(body) if count[0] else func
+
+
+def update_parts(store, ops):
+    """(accumulator load, other operand, accumulator first) of an update `acc = acc op x` or
+    `acc = x op acc`, op one of `ops`, acc the stored element itself; else None."""
+    v = store.value
+    if not isinstance(v, ops):
+        return None
+    for acc, other, first in ((v.a, v.b, True), (v.b, v.a, False)):
+        if (isinstance(acc, ir.TensorLoad) and acc.source.same_as(store.buffer)
+                and len(acc.indices) == len(store.indices)
+                and all(tvm_ffi.structural_equal(a, b) for a, b in zip(acc.indices, store.indices))):
+            return acc, other, first
+    return None

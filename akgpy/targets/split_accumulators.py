@@ -18,10 +18,9 @@ A split that would leave chunks under 128 bits (a 7-lane tail) is not made.
 from __future__ import annotations
 
 import tvm
-import tvm_ffi
-from tvm import ir, tirx
+from tvm import tirx
 
-from .rewrite import rewrite_each
+from .rewrite import rewrite_each, update_parts
 from .stream_stores import _is_one
 from .vector_loads import _lanes
 
@@ -35,11 +34,6 @@ def _chunk(n: int, bits: int) -> int:
     while c * bits > MAX_CHUNK_BITS:
         c //= 2
     return c if c * bits >= MIN_CHUNK_BITS else 0
-
-
-def _same_load(e, store) -> bool:
-    return (isinstance(e, ir.TensorLoad) and e.source.same_as(store.buffer) and len(e.indices) == 1
-            and tvm_ffi.structural_equal(e.indices[0], store.indices[0]))
 
 
 def _split(store):
@@ -56,10 +50,10 @@ def _split(store):
     c = _chunk(n, tvm.runtime.DataType(str(store.buffer.dtype)).bits)
     if not c:
         return None
-    acc_first = _same_load(v.a, store)
-    if not acc_first and not _same_load(v.b, store):
+    parts = update_parts(store, _OPS)
+    if parts is None:
         return None
-    other = v.b if acc_first else v.a
+    _, other, acc_first = parts
     x = tirx.Var("acc_in", other.ty)
     stmts = [tirx.Bind(x, other)]
     for j in range(0, n, c):

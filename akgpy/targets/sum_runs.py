@@ -39,7 +39,8 @@ from tvm import ir, tirx
 from tvm.sym import Analyzer
 
 from ..dtypes import vector_parts
-from .rewrite import rewrite_each
+from ..schedule.transpose import _substitute
+from .rewrite import rewrite_each, update_parts
 
 MAX_RUN = 8
 # term dtypes whose float32 runs cannot overflow (and are exact, but for float16's)
@@ -64,19 +65,6 @@ def _narrow_load(x) -> bool:
     return isinstance(x, ir.TensorLoad) and vector_parts(x.ty)[0] in RUN_SOURCES
 
 
-def update_parts(store):
-    """(accumulator load, term, accumulator first) of `acc = acc + term`, else None."""
-    v = store.value
-    if not isinstance(v, tirx.Add):
-        return None
-    for acc, term, first in ((v.a, v.b, True), (v.b, v.a, False)):
-        if (isinstance(acc, ir.TensorLoad) and acc.source.same_as(store.buffer)
-                and len(acc.indices) == len(store.indices)
-                and all(tvm_ffi.structural_equal(a, b) for a, b in zip(acc.indices, store.indices))):
-            return acc, term, first
-    return None
-
-
 def _uses(expr, var) -> bool:
     found = []
     tvm_ffi.structural_walk(expr, [(tirx.Var, lambda v: found.append(v) if v.same_as(var) else None)])
@@ -89,26 +77,19 @@ def _reads(expr, buf) -> bool:
     return bool(found)
 
 
-def _substitute(expr, var, value):
-    return tvm_ffi.structural_mutate(expr, [(tirx.Var, lambda v, mut: value if v.same_as(var) else v)])
-
-
 def _inlined(body):
     """A loop body of let-bindings (TVM's common subexpressions) and one store, as that store
     with the bound values substituted; any other body unchanged."""
     if not isinstance(body, tirx.SeqStmt):
         return body
     *binds, last = list(body.seq)
-    if not isinstance(last, tirx.BufferStore) or not all(isinstance(b, tirx.Bind) for b in binds):
+    if not isinstance(last, tirx.BufferStore) or not isinstance(last.value, tirx.Add) \
+            or not all(isinstance(b, tirx.Bind) for b in binds):
         return body
     lets = {}
-
-    def sub(e):
-        return tvm_ffi.structural_mutate(e, [(tirx.Var, lambda v, mut: lets.get(v, v))])
-
-    for b in binds:
-        lets[b.var] = sub(b.value)
-    return tirx.BufferStore(last.buffer, sub(last.value), [sub(i) for i in last.indices])
+    for b in binds:  # in order: a value may use the variables bound before it
+        lets[b.var] = _substitute(b.value, lets)
+    return tirx.BufferStore(last.buffer, _substitute(last.value, lets), [_substitute(i, lets) for i in last.indices])
 
 
 def _walks_its_row(load, var) -> bool:
@@ -118,7 +99,7 @@ def _walks_its_row(load, var) -> bool:
     if len(idx) != 1 or not isinstance(idx[0], tirx.Ramp):
         return False
     base = idx[0].base
-    step = Analyzer().simplify(_substitute(base, var, var + 1) - base)
+    step = Analyzer().simplify(_substitute(base, {var: var + 1}) - base)
     return isinstance(step, tirx.IntImm) and abs(int(step.value)) == int(idx[0].lanes)
 
 
@@ -130,15 +111,14 @@ def _pairwise(terms):
 
 def _runs(loop):
     """The loop as runs of its sum's terms, or None when it is not such a loop."""
-    st = _inlined(loop.body)
-    if (loop.kind != tirx.ForKind.SERIAL or not isinstance(st, tirx.BufferStore)
-            or not isinstance(loop.extent, tirx.IntImm) or not isinstance(loop.min, tirx.IntImm)
-            or int(loop.min.value) != 0):
+    if (loop.kind != tirx.ForKind.SERIAL or not isinstance(loop.extent, tirx.IntImm)
+            or not isinstance(loop.min, tirx.IntImm) or int(loop.min.value) != 0):
         return None
     n = int(loop.extent.value)
     u = max((d for d in range(2, MAX_RUN + 1) if n % d == 0), default=0)
-    parts = update_parts(st)
-    if not u or parts is None or any(_uses(i, loop.loop_var) for i in st.indices):
+    st = _inlined(loop.body) if u else None
+    parts = update_parts(st, tirx.Add) if isinstance(st, tirx.BufferStore) else None
+    if parts is None or any(_uses(i, loop.loop_var) for i in st.indices):
         return None
     acc, term, acc_first = parts
     term = run_term(term)
@@ -147,7 +127,7 @@ def _runs(loop):
         return None
     var = loop.loop_var
     outer = tirx.Var(var.name + "_run", var.ty)
-    total = _pairwise([_substitute(term, var, outer * u + j) for j in range(u)])
+    total = _pairwise([_substitute(term, {var: outer * u + j}) for j in range(u)])
     wide = tirx.Cast(acc.ty, total)
     new = tirx.BufferStore(st.buffer, acc + wide if acc_first else wide + acc, st.indices)
     return tirx.For(outer, tirx.IntImm(var.ty, 0), tirx.IntImm(var.ty, n // u), tirx.ForKind.SERIAL, new)

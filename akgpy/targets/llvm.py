@@ -7,7 +7,7 @@ from pathlib import Path
 import tvm
 
 from ..errors import CompileError
-from . import native_fp16, stream_stores, tir_pipeline
+from . import half_round_trips, native_fp16, stream_stores, tir_pipeline
 
 
 @functools.lru_cache(maxsize=None)
@@ -105,9 +105,13 @@ def build(mod, target):
     tgt = resolve(target)
     stream = is_x86(tgt) and any(stream_stores.ATTR in (f.attrs or {}) for _, f in mod.functions_items())
     pipeline = tir_pipeline.register(stream)
-    if has_fp16_arithmetic(tgt):
-        mod = tvm.IRModule({gv: native_fp16.native_fp16(f) if isinstance(f, tvm.tirx.PrimFunc) else f
-                            for gv, f in mod.functions_items()}, attrs=mod.attrs)
+    # float16 ops in float16 where the CPU has them; then the round trips left that change no value
+    fp16 = has_fp16_arithmetic(tgt)
+
+    def simplify(f):
+        return half_round_trips.drop_half_round_trips(native_fp16.native_fp16(f) if fp16 else f)
+    mod = tvm.IRModule({gv: simplify(f) if isinstance(f, tvm.tirx.PrimFunc) else f
+                        for gv, f in mod.functions_items()}, attrs=mod.attrs)
     try:
         with _without_argument_asserts():
             return tvm.compile(mod, target=tgt, tir_pipeline=pipeline)

@@ -1,0 +1,124 @@
+"""Drop float16 round trips that cannot change a value.
+
+The TE lowering rounds every float16 op's float32 result to float16, and a consumer widens it
+back: `Cast(f32, Cast(f16, e))`. On a CPU without float16 arithmetic that pair is two
+conversions (vcvtps2ph, vcvtph2ps), and a chain of float16 ops is bound by them. When every
+value `e` can take is a float16 value, the pair is the identity and this pass replaces it
+with `e`. The values it proves float16 are:
+
+- a widened float16, bool or 8-bit integer, and a constant float16 holds exactly;
+- a select, max or min of such values, fabs of one, and the arithmetic fence around one;
+- the product of such a value and a 0/1 value (a widened bool): the value itself, or a zero
+  of its sign, or NaN where it is inf or NaN, all float16 values. That is every mask a graph
+  applies in float16: ReLU and dropout gradients, `Cast(GreaterEqual(...)) * x`.
+
+A NaN keeps being NaN (its payload may differ; akgpy compares NaN as NaN). A widened bool
+becomes a select of 1 and 0 (LLVM's int-to-float of a mask costs a conversion more).
+
+yolo's `~4991` (a masked float16 product feeding a subtraction and a scaled copy, then a
+transpose) converted 8 float16 values to float32 and 6 back per 8 elements in its elementwise
+loop; with the round trips dropped, 3 and 2 (0.87x the kernel's time on 1 thread, 0.95-0.99x
+on 2; docs/poly.md has the corpus A/B).
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm_ffi
+from tvm import ir, tirx
+
+from .native_fp16 import fence_id, unfenced
+
+_SMALL_INTS = ("bool", "int8", "uint8")  # every value a float16 holds exactly
+
+
+def _ty(e) -> str:
+    return str(e.ty)
+
+
+def _const_in_half(v: float) -> bool:
+    return bool(np.isnan(v) or float(np.float16(v)) == v)
+
+
+class _Values:
+    """What the expressions of one function can take: float16 values only, or 0/1 only."""
+
+    def __init__(self, body):
+        self.bound = {}  # let-bound var -> its value
+        self.fid = fence_id()
+
+        def on_let(node):
+            self.bound[node.var] = node.value
+        tvm_ffi.structural_walk(body, [(tirx.Let, on_let), (tirx.LetStmt, on_let)])
+
+    def _var(self, e, test):
+        v = self.bound.get(e)
+        return v is not None and test(v)
+
+    def zero_one(self, e) -> bool:
+        """Every value of e is 0 or 1."""
+        if isinstance(e, tirx.Cast):
+            return _ty(e.value) == "bool" or self.zero_one(e.value)
+        if isinstance(e, (tirx.FloatImm, tirx.IntImm)):
+            return float(e.value) in (0.0, 1.0)
+        if isinstance(e, tirx.Select):
+            return self.zero_one(e.true_value) and self.zero_one(e.false_value)
+        if isinstance(e, tirx.Var):
+            return self._var(e, self.zero_one)
+        if isinstance(e, tirx.Let):
+            return self.zero_one(e.body)
+        return False
+
+    def half(self, e) -> bool:
+        """Every value of e is a float16 value."""
+        t = _ty(e)
+        if t == "float16" or t in _SMALL_INTS:
+            return True
+        if isinstance(e, tirx.Cast):  # a float type here: the small ints returned above
+            return t.startswith("float") and self.half(e.value)
+        if isinstance(e, tirx.FloatImm):
+            return _const_in_half(float(e.value))
+        if isinstance(e, tirx.IntImm):
+            return abs(int(e.value)) <= 2048
+        if isinstance(e, tirx.Select):
+            return self.half(e.true_value) and self.half(e.false_value)
+        if isinstance(e, (tirx.Max, tirx.Min)):
+            return self.half(e.a) and self.half(e.b)
+        if isinstance(e, tirx.Mul):
+            return (self.zero_one(e.a) and self.half(e.b)) or (self.zero_one(e.b) and self.half(e.a))
+        if isinstance(e, tirx.Var):
+            return self._var(e, self.half)
+        if isinstance(e, tirx.Let):
+            return self.half(e.body)
+        if isinstance(e, ir.Call):
+            bare = unfenced(e, self.fid)
+            if bare is not e:
+                return self.half(bare)
+            if e.op.name == "tirx.fabs":
+                return self.half(e.args[0])
+        return False
+
+
+def _is_float(t: str) -> bool:
+    return t.startswith("float") and t != "float16"
+
+
+def drop_half_round_trips(func):
+    """`func` with each `Cast(T, Cast(float16, e))` whose e only takes float16 values replaced
+    by e (by `Cast(T, e)` where e has another type); unchanged when there is none."""
+    values, count = _Values(func.body), [0]
+
+    def on_cast(c, mut):
+        c = mut.default_mutate(c)  # inner round trips first: a chain simplifies from its leaves up
+        if not (isinstance(c, tirx.Cast) and _is_float(_ty(c)) and isinstance(c.value, tirx.Cast)
+                and _ty(c.value) == "float16"):
+            return c
+        e = c.value.value
+        if not values.half(e):
+            return c
+        count[0] += 1
+        if _ty(e) == "bool":
+            return tirx.Select(e, tirx.FloatImm(_ty(c), 1.0), tirx.FloatImm(_ty(c), 0.0))
+        return e if _ty(e) == _ty(c) else tirx.Cast(_ty(c), e)
+
+    body = tvm_ffi.structural_mutate(func.body, [(tirx.Cast, on_cast)])
+    return func.with_body(body) if count[0] else func

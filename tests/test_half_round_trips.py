@@ -38,6 +38,8 @@ F32 = lambda x: T.Cast("float32", x)  # noqa: E731
     ("a widened float16", lambda h, f, c: F32(h)),
     ("a mask times a float16", lambda h, f, c: F32(h) * F32(c)),
     ("a float16 times a mask", lambda h, f, c: F32(T.Cast("float16", c)) * F32(h)),
+    ("a negated float16 (Neg)", lambda h, f, c: F32(h) * T.float32(-1.0)),
+    ("a float16 times a sign", lambda h, f, c: F32(h) * T.Select(c, T.float32(1.0), T.float32(-1.0))),
     ("a select of float16 values", lambda h, f, c: T.Select(c, F32(h), T.float32(0.5))),
     ("a max and a min", lambda h, f, c: T.max(T.min(F32(h), T.float32(6.0)), T.float32(0.0))),
     ("fabs", lambda h, f, c: T.fabs(F32(h))),
@@ -55,6 +57,7 @@ def test_values_float16_holds_lose_the_round_trip(name, value_fn):
     ("a constant float16 rounds", lambda h, f, c: T.Select(c, F32(h), T.float32(0.1)), "float16"),
     ("a sum with a mask", lambda h, f, c: F32(h) + F32(c), "float16"),
     ("a mask times a float32", lambda h, f, c: f * F32(c), "float16"),
+    ("a float16 times two (it may overflow)", lambda h, f, c: F32(h) * T.float32(2.0), "float16"),
     ("a widened int16 (float16 holds integers up to 2048 only)", lambda h, f, c: F32(h), "int16"),
 ])
 def test_values_float16_may_round_keep_it(name, value_fn, dtype):

@@ -8,9 +8,10 @@ with `e`. The values it proves float16 are:
 
 - a widened float16, bool or 8-bit integer, and a constant float16 holds exactly;
 - a select, max or min of such values, fabs of one, and the arithmetic fence around one;
-- the product of such a value and a 0/1 value (a widened bool): the value itself, or a zero
-  of its sign, or NaN where it is inf or NaN, all float16 values. That is every mask a graph
-  applies in float16: ReLU and dropout gradients, `Cast(GreaterEqual(...)) * x`.
+- the product of such a value and a -1/0/1 value (a widened bool, a select of such constants):
+  the value, its negation, a signed zero, or NaN where it is inf or NaN, all float16 values.
+  That is every mask a graph applies in float16 (ReLU and dropout gradients,
+  `Cast(GreaterEqual(...)) * x`) and every Neg (`x * -1`).
 
 A NaN keeps being NaN (its payload may differ; akgpy compares NaN as NaN). A widened bool
 becomes a select of 1 and 0 (LLVM's int-to-float of a mask costs a conversion more).
@@ -40,7 +41,7 @@ def _const_in_half(v: float) -> bool:
 
 
 class _Values:
-    """What the expressions of one function can take: float16 values only, or 0/1 only."""
+    """What the expressions of one function can take: float16 values only, or -1/0/1 only."""
 
     def __init__(self, body):
         self.bound = {}  # let-bound var -> its value
@@ -54,18 +55,20 @@ class _Values:
         v = self.bound.get(e)
         return v is not None and test(v)
 
-    def zero_one(self, e) -> bool:
-        """Every value of e is 0 or 1."""
+    def unit(self, e) -> bool:
+        """Every value of e is -1, 0 or 1."""
         if isinstance(e, tirx.Cast):
-            return _ty(e.value) == "bool" or self.zero_one(e.value)
+            return _ty(e.value) == "bool" or self.unit(e.value)
         if isinstance(e, (tirx.FloatImm, tirx.IntImm)):
-            return float(e.value) in (0.0, 1.0)
+            return float(e.value) in (-1.0, 0.0, 1.0)
         if isinstance(e, tirx.Select):
-            return self.zero_one(e.true_value) and self.zero_one(e.false_value)
+            return self.unit(e.true_value) and self.unit(e.false_value)
+        if isinstance(e, tirx.Mul):
+            return self.unit(e.a) and self.unit(e.b)
         if isinstance(e, tirx.Var):
-            return self._var(e, self.zero_one)
+            return self._var(e, self.unit)
         if isinstance(e, tirx.Let):
-            return self.zero_one(e.body)
+            return self.unit(e.body)
         return False
 
     def half(self, e) -> bool:
@@ -84,7 +87,7 @@ class _Values:
         if isinstance(e, (tirx.Max, tirx.Min)):
             return self.half(e.a) and self.half(e.b)
         if isinstance(e, tirx.Mul):
-            return (self.zero_one(e.a) and self.half(e.b)) or (self.zero_one(e.b) and self.half(e.a))
+            return (self.unit(e.a) and self.half(e.b)) or (self.unit(e.b) and self.half(e.a))
         if isinstance(e, tirx.Var):
             return self._var(e, self.half)
         if isinstance(e, tirx.Let):

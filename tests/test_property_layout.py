@@ -74,7 +74,7 @@ def layout_graphs(draw, model: bool = False) -> Graph:
     for _ in range(draw(st.integers(2, 8))):
         x = draw(st.sampled_from(values))
         # a model graph takes no in-place writes (akgpy says so); it may hold Concat, StridedSlice
-        kind = draw(st.sampled_from(["unary", "binary", "binary", "select", "reduce", "transpose",
+        kind = draw(st.sampled_from(["unary", "binary", "binary", "select", "mask", "reduce", "transpose",
                                      "reshape", "broadcast", "cast", "matmul", "pad", "unpad", "addn"]
                                     + (["concat", "slice"] if model else ["inplace"])))
         if kind == "unary":
@@ -93,6 +93,11 @@ def layout_graphs(draw, model: bool = False) -> Graph:
             other, n_inputs = _operand(draw, b, x, n_inputs)
             y = b.select(b.greater(x, other), x, other) if not isinstance(other, float) else \
                 b.select(b.greater(x, b.broadcast_to(other, x.shape, x.dtype)), x, other)
+        elif kind == "mask":  # a ReLU/dropout gradient: x times its own 0/1 mask (targets/half_round_trips.py)
+            other, n_inputs = _operand(draw, b, x, n_inputs)
+            if isinstance(other, float):
+                other = b.broadcast_to(other, x.shape, x.dtype)
+            y = b.mul(b.cast(b.greater(x, other), x.dtype), x)
         elif kind == "reduce":
             axes = draw(st.lists(st.integers(0, len(x.shape) - 1), min_size=1, max_size=len(x.shape), unique=True))
             keep = draw(st.booleans())

@@ -127,3 +127,25 @@ def test_a_masked_float16_graph_converts_less_and_gives_the_same_bits(monkeypatc
         for a, b in zip(got, want):
             assert np.array_equal(a, b, equal_nan=True) and np.array_equal(np.signbit(a), np.signbit(b))
         assert not check_program(g, prog, seed)
+
+
+def test_a_let_chain_is_analysed_once_per_var(monkeypatch):
+    """16 lets, each reading the one before twice: one walk per var, not 2^16."""
+    from tvm import tirx as tx
+    from akgpy.targets.half_round_trips import _Values
+    e, binds = tx.Cast("float32", tx.Var("h", "float16")), []
+    for k in range(16):
+        v = tx.Var(f"v{k}", "float32")
+        binds.append((v, e))
+        e = tx.Select(tx.LT(v, tx.FloatImm("float32", 0.0)), v, v)
+    for v, value in reversed(binds):
+        e = tx.Let(v, value, e)
+    calls = [0]
+    half = _Values.half
+
+    def counted(self, x):
+        calls[0] += 1
+        return half(self, x)
+    monkeypatch.setattr(_Values, "half", counted)
+    assert _Values(tx.Evaluate(e)).half(e)
+    assert calls[0] < 200

@@ -45,6 +45,7 @@ class _Values:
 
     def __init__(self, body):
         self.bound = {}  # let-bound var -> its value
+        self.known = {}  # (var, "half" or "unit") -> the answer for its value
         self.fid = fence_id()
 
         def on_let(node):
@@ -52,8 +53,13 @@ class _Values:
         tvm_ffi.structural_walk(body, [(tirx.Let, on_let), (tirx.LetStmt, on_let)])
 
     def _var(self, e, test):
-        v = self.bound.get(e)
-        return v is not None and test(v)
+        # once per var and question: a let chain reading each var twice would otherwise cost
+        # 2^depth walks
+        key = (e, test.__name__)
+        if key not in self.known:
+            v = self.bound.get(e)
+            self.known[key] = v is not None and test(v)
+        return self.known[key]
 
     def unit(self, e) -> bool:
         """Every value of e is -1, 0 or 1."""

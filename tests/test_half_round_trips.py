@@ -149,3 +149,10 @@ def test_a_let_chain_is_analysed_once_per_var(monkeypatch):
     monkeypatch.setattr(_Values, "half", counted)
     assert _Values(tx.Evaluate(e)).half(e)
     assert calls[0] < 200
+
+
+@pytest.mark.parametrize("v,held", [(0.5, True), (65504.0, True), (float("inf"), True), (float("nan"), True),
+                                    (0.1, False), (70000.0, False), (2.0 ** -25, False)])
+def test_constants_float16_holds(v, held):
+    from akgpy.targets.half_round_trips import _const_in_half
+    assert _const_in_half(v) is held

@@ -37,7 +37,8 @@ def _ty(e) -> str:
 
 
 def _const_in_half(v: float) -> bool:
-    return bool(np.isnan(v) or float(np.float16(v)) == v)
+    with np.errstate(over="ignore"):  # beyond 65504 it becomes inf: not held, unless v is inf
+        return bool(np.isnan(v) or float(np.float16(v)) == v)
 
 
 class _Values:

@@ -23,22 +23,16 @@ on 2; docs/poly.md has the corpus A/B).
 """
 from __future__ import annotations
 
-import numpy as np
 import tvm_ffi
 from tvm import ir, tirx
 
-from .native_fp16 import fence_id, unfenced
-
-_SMALL_INTS = ("bool", "int8", "uint8")  # every value a float16 holds exactly
+from ..dtypes import widens_exactly
+from .native_fp16 import fence_id, holds_in_half, unfenced
+from .rewrite import rewrite_each
 
 
 def _ty(e) -> str:
     return str(e.ty)
-
-
-def _const_in_half(v: float) -> bool:
-    with np.errstate(over="ignore"):  # beyond 65504 it becomes inf: not held, unless v is inf
-        return bool(np.isnan(v) or float(np.float16(v)) == v)
 
 
 class _Values:
@@ -81,12 +75,12 @@ class _Values:
     def half(self, e) -> bool:
         """Every value of e is a float16 value."""
         t = _ty(e)
-        if t == "float16" or t in _SMALL_INTS:
+        if t == "float16" or widens_exactly(t, "float16"):  # bool, int8, uint8
             return True
         if isinstance(e, tirx.Cast):  # a float type here: the small ints returned above
             return t.startswith("float") and self.half(e.value)
         if isinstance(e, tirx.FloatImm):
-            return _const_in_half(float(e.value))
+            return holds_in_half(float(e.value))
         if isinstance(e, tirx.IntImm):
             return abs(int(e.value)) <= 2048
         if isinstance(e, tirx.Select):
@@ -108,27 +102,20 @@ class _Values:
         return False
 
 
-def _is_float(t: str) -> bool:
-    return t.startswith("float") and t != "float16"
-
-
 def drop_half_round_trips(func):
     """`func` with each `Cast(T, Cast(float16, e))` whose e only takes float16 values replaced
     by e (by `Cast(T, e)` where e has another type); unchanged when there is none."""
-    values, count = _Values(func.body), [0]
+    values = []  # the function's _Values, made at the first round trip (most kernels have none)
 
-    def on_cast(c, mut):
-        c = mut.default_mutate(c)  # inner round trips first: a chain simplifies from its leaves up
-        if not (isinstance(c, tirx.Cast) and _is_float(_ty(c)) and isinstance(c.value, tirx.Cast)
-                and _ty(c.value) == "float16"):
-            return c
+    def drop(c):  # inner round trips first (inner_first): a chain simplifies from its leaves up
+        if not (_ty(c) in ("float32", "float64") and isinstance(c.value, tirx.Cast) and _ty(c.value) == "float16"):
+            return None
         e = c.value.value
-        if not values.half(e):
-            return c
-        count[0] += 1
+        values[:] = values or [_Values(func.body)]
+        if not values[0].half(e):
+            return None
         if _ty(e) == "bool":
             return tirx.Select(e, tirx.FloatImm(_ty(c), 1.0), tirx.FloatImm(_ty(c), 0.0))
         return e if _ty(e) == _ty(c) else tirx.Cast(_ty(c), e)
 
-    body = tvm_ffi.structural_mutate(func.body, [(tirx.Cast, on_cast)])
-    return func.with_body(body) if count[0] else func
+    return rewrite_each(func, tirx.Cast, drop, inner_first=True)

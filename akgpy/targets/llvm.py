@@ -114,16 +114,20 @@ def build(mod, target):
     mod = tvm.IRModule({gv: simplify(f) if isinstance(f, tvm.tirx.PrimFunc) else f
                         for gv, f in mod.functions_items()}, attrs=mod.attrs)
     try:
-        try:
-            with _without_argument_asserts():
-                return tvm.compile(mod, target=tgt, tir_pipeline=pipeline)
-        except RuntimeError as e:
-            if not _CSE_USE_BEFORE_DEF.search(str(e)):
-                raise
-            with _without_argument_asserts({"tirx.disable_cse_tir": True}):
-                return tvm.compile(mod, target=tgt, tir_pipeline=pipeline)
+        return _compile(mod, tgt, pipeline)
     except RuntimeError as e:
         raise CompileError(f"LLVM code generation failed: {str(e).strip().splitlines()[-1]}") from None
+
+
+def _compile(mod, tgt, pipeline):
+    try:
+        with _without_argument_asserts():
+            return tvm.compile(mod, target=tgt, tir_pipeline=pipeline)
+    except RuntimeError as e:
+        if not _CSE_USE_BEFORE_DEF.search(str(e)):
+            raise
+    with _without_argument_asserts({"tirx.disable_cse_tir": True}):
+        return tvm.compile(mod, target=tgt, tir_pipeline=pipeline)
 
 
 # TVM 0.27's CommonSubexprElimTIR can leave a `cse_vN` it introduced used before its definition

@@ -22,8 +22,9 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-import tvm_ffi
 from tvm import ir, tirx
+
+from .rewrite import rewrite_each
 
 _FENCE = "llvm.arithmetic.fence"
 _OPS = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div)
@@ -40,13 +41,19 @@ def unfenced(x, fid: int):
     return x
 
 
+def holds_in_half(v: float) -> bool:
+    """Is v a float16 value (inf and NaN included)?"""
+    with np.errstate(over="ignore"):  # beyond 65504 it becomes inf: not held, unless v is inf
+        return bool(np.isnan(v) or float(np.float16(v)) == v)
+
+
 def _half(x):
-    """x as a float16 value when it is a widened float16 or a constant float16 holds exactly."""
+    """x as a float16 value when it is a widened float16 or a finite constant float16 holds."""
     if isinstance(x, tirx.Cast) and str(x.ty) == "float32" and str(x.value.ty) == "float16":
         return x.value
     if isinstance(x, tirx.FloatImm) and str(x.ty) == "float32":
         v = float(x.value)
-        if np.isfinite(v) and float(np.float16(v)) == v:
+        if np.isfinite(v) and holds_in_half(v):
             return tirx.FloatImm("float16", v)
     return None
 
@@ -54,20 +61,17 @@ def _half(x):
 def native_fp16(func):
     """`func` with each float16-rounded float32 + - * / of float16 operands done in float16;
     unchanged when there is none. Runs on scheduled TIR, before vectorisation."""
-    fid, count = fence_id(), [0]
+    fid = fence_id()
 
-    def on_cast(c, mut):
-        c = mut.default_mutate(c)  # operands first: a chain turns float16 from its leaves up
+    def to_half(c):  # operands first (inner_first): a chain turns float16 from its leaves up
         if not isinstance(c, tirx.Cast) or str(c.ty) != "float16":
-            return c
+            return None
         op = unfenced(c.value, fid)
         if not isinstance(op, _OPS) or str(op.ty) != "float32":
-            return c
+            return None
         a, b = _half(op.a), _half(op.b)
         if a is None or b is None:
-            return c
-        count[0] += 1
+            return None
         return tirx.call_llvm_pure_intrin("float16", _FENCE, type(op)(a, b))
 
-    body = tvm_ffi.structural_mutate(func.body, [(tirx.Cast, on_cast)])
-    return func.with_body(body) if count[0] else func
+    return rewrite_each(func, tirx.Cast, to_half, inner_first=True)

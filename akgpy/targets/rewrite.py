@@ -6,15 +6,18 @@ import tvm_ffi
 from tvm import ir
 
 
-def rewrite_each(func, node_type, rewrite):
+def rewrite_each(func, node_type, rewrite, *, inner_first: bool = False):
     """`func` with each `node_type` node that `rewrite(node)` replaces (None: keep the node and
-    look inside it); `func` itself when nothing was replaced."""
+    look inside it); `func` itself when nothing was replaced. `inner_first`: the nodes inside
+    are rewritten first and `rewrite` sees the result (a chain rewritten from its leaves up)."""
     count = [0]
 
     def on_node(node, mut):
+        if inner_first:
+            node = mut.default_mutate(node)
         got = rewrite(node)
         if got is None:
-            return mut.default_mutate(node)
+            return node if inner_first else mut.default_mutate(node)
         count[0] += 1
         return got
 

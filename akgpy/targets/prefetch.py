@@ -23,6 +23,19 @@ layernorm's second pass over its row, when that region is under REREAD_BYTES); a
 would issue one prefetch per element.
 A vector of several lines gets one prefetch per line.
 
+Copies (a store of loads, shuffled, cast or broadcast, also through let-bound variables: the
+rows a register transpose loads) whose innermost loop walks a run shorter than the distance
+that the enclosing loop does not continue (a tile's rows) are prefetched at the next run
+instead: the same place one step (or more, until the step's runs cover the distance) of the
+enclosing loop later. Along the innermost loop the look-ahead would land in rows the step reads
+anyway, and each run's first lines came from memory as they were needed: yolo's seven
+[1024, 9, 512] float16 transposes (~1373, 1 KiB rows, 8 x 9 tiles) took 5.6 ms, 3.8 with the
+next step's rows prefetched (kernel alone, LLC flushed, interleaved A/B, 2 threads); the 34
+corpus graphs this changes, all transposes, 0.60-1.05x (geomean 0.81; docs/poly.md). Long
+rows of a register transpose (yolo's 52 x 52 planes, 5.4 KiB) get no prefetch: the hardware's
+prefetchers follow them, and prefetching along them cost 1.14-1.16x; nor do let-bound reads of
+computing stores (TVM's common subexpressions: yolo's loss ~2380 1.03-1.05x slower with them).
+
 Prefetch is a hint: an address past an array's end does not fault (x86 PREFETCHh, AArch64
 PRFM), so the last iterations need no guard; a look-ahead beyond the whole range the nest
 reads is dropped. (TVM's address is an `inbounds` GEP, poison past the end; `llvm.prefetch`
@@ -57,6 +70,48 @@ def _span(coeffs, loops) -> float:
     return total
 
 
+def _copied(value, lets):
+    """The loads of a store that only moves data (loads, maybe through let-bound variables,
+    shuffled, cast or broadcast: a register transpose binds each row it loads to a variable and
+    stores shuffles of them), or None when the value computes something."""
+    loads, seen = [], []
+
+    def go(e) -> bool:
+        if isinstance(e, ir.TensorLoad):
+            loads.append(e)
+            return True
+        if isinstance(e, tirx.Var):
+            if any(e.same_as(s) for s in seen):
+                return True
+            seen.append(e)
+            return e in lets and go(lets[e])
+        if isinstance(e, tirx.Shuffle):
+            return all(go(v) for v in e.vectors)
+        if isinstance(e, (tirx.Cast, tirx.Broadcast)):
+            return go(e.value)
+        return False
+    return loads if go(value) else None
+
+
+def _next_run(got, loops, el, group, distance):
+    """Elements ahead for a read whose innermost loop walks a run shorter than `distance` that
+    the enclosing loop does not continue (a row of a tile: a transpose reads 9 rows of 1 KiB per
+    step of its outer loop, 9 KiB apart from the next step's): the same place one or more steps
+    of the next enclosing loop that moves it later, so many that the `group` of reads with the
+    same loop coefficients covers `distance` bytes. Along the innermost loop the look-ahead would
+    land in rows this step reads anyway; each step's first lines would come from memory as they
+    are needed. None where the run is long enough, or continued by the enclosing loop."""
+    moving = [(c, e) for c, (_, e) in zip(got[:-1], loops) if c]
+    if len(moving) < 2 or not all(isinstance(e, tirx.IntImm) for _, e in moving[-2:]):
+        return None
+    (outer, steps), (inner, extent) = moving[-2], moving[-1]
+    run = abs(inner) * int(extent.value)
+    if run * el >= distance or abs(outer) == run:
+        return None
+    ahead = max(1, math.ceil(distance / (group * run * el)))
+    return outer * ahead if ahead < int(steps.value) else None
+
+
 class _Frame:
     """What a pass over one loop's body has seen: `lines` it prefetches (buffer, coefficients,
     line), `reads` of its subtree keyed by the enclosing loops' coefficients (buffer,
@@ -88,7 +143,7 @@ def prefetch_func(func):
             return None
         return str(ld.source.data), _linear(_inline(idx[0].base, lets), loops)
 
-    def prefetches(ld, name, got, group) -> list:
+    def prefetches(ld, name, got, group, copy, bound) -> list:
         idx = list(ld.indices)
         el = max(1, (tvm.runtime.DataType(str(ld.source.dtype)).bits + 7) // 8)  # bool: a byte
         coef = next((c for c in reversed(got[:-1]) if c), 0) if got else 0  # innermost loop moving it
@@ -107,6 +162,11 @@ def prefetch_func(func):
         # move together, a run of rows summed in one step (sum_runs), read as many)
         fresh = min(abs(coef) * el, group * max(LINE, _lanes(idx[0].ty) * el))
         ahead = coef * max(1, math.ceil(distance / fresh))
+        jump = _next_run(got, loops, el, group, distance) if copy else None
+        if jump is not None:
+            ahead = jump
+        elif bound:
+            return []
         if abs(ahead) > span:  # past everything the nest reads: two rows 100M apart
             return []
         per_line = max(1, LINE // el)
@@ -127,11 +187,16 @@ def prefetch_func(func):
             return st
         loads = []
         tvm_ffi.structural_walk(st.value, [(ir.TensorLoad, loads.append)])
-        walks = [(ld, w) for ld in loads if (w := walk(ld)) is not None and w[1]]
+        direct = len(loads)
+        copied = _copied(st.value, lets)
+        if copied is not None:  # a copy: its let-bound loads too (prefetched only as short runs)
+            loads += [ld for ld in copied if not any(ld.same_as(x) for x in loads)]
+        walks = [(ld, w, k >= direct) for k, ld in enumerate(loads) if (w := walk(ld)) is not None and w[1]]
         offsets: dict = {}  # (buffer, loop coefficients) -> the distinct offsets read with them
-        for _, (name, got) in walks:
+        for _, (name, got), _ in walks:
             offsets.setdefault((name, got[:-1]), set()).add(got[-1])
-        pre = [p for ld, (name, got) in walks for p in prefetches(ld, name, got, len(offsets[name, got[:-1]]))]
+        pre = [p for ld, (name, got), bound in walks
+               for p in prefetches(ld, name, got, len(offsets[name, got[:-1]]), copied is not None, bound)]
         count[0] += len(pre)
         return tirx.SeqStmt(pre + [st]) if pre else st
 

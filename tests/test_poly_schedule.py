@@ -1421,3 +1421,23 @@ def test_transpose_blocks_with_a_batch_of_one_run_one_parallel_loop():
     assert re.search(r"parallel: part 0: member 0 \(floor\(\(i1\) / \d+\)", text), text[:3000]
     assert prog.kernels[0].tir.count("T.parallel") == 1
     assert not check_program(g, prog)
+
+
+@pytest.mark.parametrize("cast", [False, True])
+def test_a_streamed_transpose_of_few_rows_widens_its_tile_to_whole_lines(cast):
+    """3 channels to NHWC with 32-byte registers: a 16 x 3 tile writes 96 float16 (a line and a
+    half), which cannot stream; where the output streams the tile widens along the read rows
+    until its block is whole lines (64 x 3: six). A cached output keeps the register-wide tile."""
+    b = GraphBuilder("transpose_3_rows")
+    x = b.input("x", (4, 3, 256, 256), "float32" if cast else "float16")
+    b.output(b.transpose(b.cast(x, "float16") if cast else x, (0, 2, 3, 1)))
+    g = b.build()
+    cfg = SHAPED.replace(vector_bytes=32, narrow_transpose_bytes=0)
+    cached = akgpy.fuse(g, config=cfg)
+    assert "each tile (16 x 3) is transposed in registers" in cached.explain()
+    streamed = akgpy.fuse(g, config=cfg.replace(stream_min_bytes=1 << 10))
+    text = streamed.explain()
+    assert "each tile (64 x 3) is transposed in registers" in text, text[:3000]
+    if llvm_is_x86():
+        assert streamed.kernels[0].source.count("!nontemporal") > 0
+    assert not check_program(g, cached) and not check_program(g, streamed)

@@ -263,22 +263,22 @@ def _same(exprs, wanted, func) -> bool:
         gn == wn and ana.can_prove_equal(gi, wi) for (gn, gi), (wn, wi) in zip(got, want))
 
 
-@T.prim_func
-def _tile_rows(A: T.Buffer((1 << 20,), "float16"), B: T.Buffer((1 << 20,), "float16")):
-    for i in range(1024):
-        for j in range(64):  # a register transpose of 2 rows of 512 float16 (1 KiB each) a step
-            r0: T.let[T.float16x8] = A[T.Ramp(i * 1024 + j * 8, 1, 8)]
-            r1: T.let[T.float16x8] = A[T.Ramp(i * 1024 + 512 + j * 8, 1, 8)]
-            B[T.Ramp(i * 1024 + j * 16, 1, 16)] = T.Shuffle([r0, r1], [0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15])
+def _tile(row: int):
+    """A register transpose's inner loop: 2 rows of `row` float16 a step of i, bound to
+    variables and stored shuffled; the next step's rows start 2 * row elements on."""
+    @T.prim_func
+    def f(A: T.Buffer((1 << 22,), "float16"), B: T.Buffer((1 << 22,), "float16")):
+        for i in range(1024):
+            for j in range(row // 8):
+                r0: T.let[T.float16x8] = A[T.Ramp(i * (2 * row) + j * 8, 1, 8)]
+                r1: T.let[T.float16x8] = A[T.Ramp(i * (2 * row) + row + j * 8, 1, 8)]
+                B[T.Ramp(i * (2 * row) + j * 16, 1, 16)] = T.Shuffle(
+                    [r0, r1], [0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15])
+    return f
 
 
-@T.prim_func
-def _tile_long_rows(A: T.Buffer((1 << 22,), "float16"), B: T.Buffer((1 << 22,), "float16")):
-    for i in range(1024):
-        for j in range(256):  # rows of 2048 float16 (4 KiB): long enough for the hardware's prefetcher
-            r0: T.let[T.float16x8] = A[T.Ramp(i * 4096 + j * 8, 1, 8)]
-            r1: T.let[T.float16x8] = A[T.Ramp(i * 4096 + 2048 + j * 8, 1, 8)]
-            B[T.Ramp(i * 4096 + j * 16, 1, 16)] = T.Shuffle([r0, r1], [0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15])
+_tile_rows = _tile(512)  # rows of 1 KiB
+_tile_long_rows = _tile(2048)  # rows of 4 KiB: long enough for the hardware's prefetcher
 
 
 @T.prim_func

@@ -23,12 +23,11 @@ on 2; docs/poly.md has the corpus A/B).
 """
 from __future__ import annotations
 
-import tvm_ffi
 from tvm import ir, tirx
 
 from ..dtypes import widens_exactly
 from .native_fp16 import fence_id, holds_in_half, unfenced
-from .rewrite import rewrite_each
+from .rewrite import let_values, rewrite_each
 
 
 def _ty(e) -> str:
@@ -39,13 +38,9 @@ class _Values:
     """What the expressions of one function can take: float16 values only, or -1/0/1 only."""
 
     def __init__(self, body):
-        self.bound = {}  # let-bound var -> its value
+        self.bound = let_values(body, expressions=True)  # let-bound var -> its value
         self.known = {}  # (var, "half" or "unit") -> the answer for its value
         self.fid = fence_id()
-
-        def on_let(node):
-            self.bound[node.var] = node.value
-        tvm_ffi.structural_walk(body, [(tirx.Let, on_let), (tirx.LetStmt, on_let)])
 
     def _var(self, e, test):
         # once per var and question: a let chain reading each var twice would otherwise cost

@@ -50,6 +50,7 @@ import tvm_ffi
 from tvm import ir, tirx
 
 from ..schedule.stream import PREFETCH_ATTR as ATTR
+from .rewrite import let_values
 from .stream_stores import _inline, _is_one, _linear
 from .vector_loads import _lanes
 
@@ -71,26 +72,28 @@ def _span(coeffs, loops) -> float:
 
 
 def _copied(value, lets):
-    """The loads of a store that only moves data (loads, maybe through let-bound variables,
-    shuffled, cast or broadcast: a register transpose binds each row it loads to a variable and
-    stores shuffles of them), or None when the value computes something."""
-    loads, seen = [], []
+    """For a store that only moves data (loads, maybe through let-bound variables, shuffled,
+    cast or broadcast: a register transpose binds each row it loads to a variable and stores
+    shuffles of them), the loads it reaches through those variables; None when the value
+    computes something."""
+    bound, seen = [], []
 
-    def go(e) -> bool:
+    def go(e, via_let: bool) -> bool:
         if isinstance(e, ir.TensorLoad):
-            loads.append(e)
+            if via_let:
+                bound.append(e)
             return True
         if isinstance(e, tirx.Var):
             if any(e.same_as(s) for s in seen):
                 return True
             seen.append(e)
-            return e in lets and go(lets[e])
+            return e in lets and go(lets[e], True)
         if isinstance(e, tirx.Shuffle):
-            return all(go(v) for v in e.vectors)
+            return all(go(v, via_let) for v in e.vectors)
         if isinstance(e, (tirx.Cast, tirx.Broadcast)):
-            return go(e.value)
+            return go(e.value, via_let)
         return False
-    return loads if go(value) else None
+    return bound if go(value, False) else None
 
 
 def _next_run(got, loops, el, group, distance):
@@ -127,9 +130,8 @@ def prefetch_func(func):
     distance = int((func.attrs or {}).get(ATTR, 0) or 0)
     if distance <= 0:
         return func
-    local, lets = set(), {}
-    tvm_ffi.structural_walk(func.body, [(tirx.AllocBuffer, lambda a: local.add(str(a.buffer.data))),
-                                        (tirx.Bind, lambda b: lets.__setitem__(b.var, b.value))])
+    local, lets = set(), let_values(func.body)
+    tvm_ffi.structural_walk(func.body, [(tirx.AllocBuffer, lambda a: local.add(str(a.buffer.data)))])
     written: set = set()  # arguments the current outermost loop nest writes: read back from cache
     loops: list = []  # enclosing (var, extent), outermost first
     frames: list = []  # per enclosing loop: _Frame
@@ -143,7 +145,7 @@ def prefetch_func(func):
             return None
         return str(ld.source.data), _linear(_inline(idx[0].base, lets), loops)
 
-    def prefetches(ld, name, got, group, copy, bound) -> list:
+    def prefetches(ld, name, got, group, copy, via_let) -> list:
         idx = list(ld.indices)
         el = max(1, (tvm.runtime.DataType(str(ld.source.dtype)).bits + 7) // 8)  # bool: a byte
         coef = next((c for c in reversed(got[:-1]) if c), 0) if got else 0  # innermost loop moving it
@@ -165,7 +167,7 @@ def prefetch_func(func):
         jump = _next_run(got, loops, el, group, distance) if copy else None
         if jump is not None:
             ahead = jump
-        elif bound:
+        elif via_let:
             return []
         if abs(ahead) > span:  # past everything the nest reads: two rows 100M apart
             return []
@@ -186,17 +188,16 @@ def prefetch_func(func):
         if not loops:
             return st
         loads = []
-        tvm_ffi.structural_walk(st.value, [(ir.TensorLoad, loads.append)])
-        direct = len(loads)
-        copied = _copied(st.value, lets)
-        if copied is not None:  # a copy: its let-bound loads too (prefetched only as short runs)
-            loads += [ld for ld in copied if not any(ld.same_as(x) for x in loads)]
-        walks = [(ld, w, k >= direct) for k, ld in enumerate(loads) if (w := walk(ld)) is not None and w[1]]
+        tvm_ffi.structural_walk(st.value, [(ir.TensorLoad, lambda ld: loads.append((ld, False)))])
+        bound = _copied(st.value, lets)
+        if bound is not None:  # a copy: its let-bound loads too (prefetched only as short runs)
+            loads += [(ld, True) for ld in bound]
+        walks = [(ld, w, via) for ld, via in loads if (w := walk(ld)) is not None and w[1]]
         offsets: dict = {}  # (buffer, loop coefficients) -> the distinct offsets read with them
         for _, (name, got), _ in walks:
             offsets.setdefault((name, got[:-1]), set()).add(got[-1])
-        pre = [p for ld, (name, got), bound in walks
-               for p in prefetches(ld, name, got, len(offsets[name, got[:-1]]), copied is not None, bound)]
+        pre = [p for ld, (name, got), via in walks
+               for p in prefetches(ld, name, got, len(offsets[name, got[:-1]]), bound is not None, via)]
         count[0] += len(pre)
         return tirx.SeqStmt(pre + [st]) if pre else st
 

@@ -1,9 +1,10 @@
 """What akgpy's TIR passes share: the walk that replaces each node of one type a rewrite returns
-a replacement for (looking inside the others), and the parts of a loop-carried update."""
+a replacement for (looking inside the others), the values let-bound variables stand for, and the
+parts of a loop-carried update."""
 from __future__ import annotations
 
 import tvm_ffi
-from tvm import ir
+from tvm import ir, tirx
 
 
 def rewrite_each(func, node_type, rewrite, *, inner_first: bool = False):
@@ -23,6 +24,17 @@ def rewrite_each(func, node_type, rewrite, *, inner_first: bool = False):
 
     body = tvm_ffi.structural_mutate(func.body, [(node_type, on_node)])
     return func.with_body(body) if count[0] else func
+
+
+def let_values(body, *, expressions: bool = False) -> dict:
+    """Each variable a let statement in `body` binds (TVM's common subexpressions, a register
+    transpose's rows) -> its value; with `expressions`, the variables of let expressions too."""
+    lets: dict = {}
+
+    def bind(node) -> None:
+        lets[node.var] = node.value
+    tvm_ffi.structural_walk(body, [(tirx.Bind, bind)] + ([(tirx.Let, bind)] if expressions else []))
+    return lets
 
 
 def update_parts(store, ops):

@@ -41,6 +41,7 @@ from tvm.sym import detect_linear_equation
 
 from ..dtypes import vector_parts
 from ..schedule.stream import ATTR, SHARE_ATTR, STREAM_SHARE, WHOLE_ATTR
+from .rewrite import let_values
 
 LINE = 64
 
@@ -178,8 +179,7 @@ def stream_func(func):
     body = _forward(func.body, owner)
     loaded = set()
     tvm_ffi.structural_walk(body, [(ir.TensorLoad, lambda ld: loaded.add(owner.get(str(ld.source.data))))])
-    lets = {}
-    tvm_ffi.structural_walk(body, [(tirx.Bind, lambda b: lets.__setitem__(b.var, b.value))])
+    lets = let_values(body)
     fails, used, loops, count = set(), set(), [], [0]
     runs = []  # per enclosing loop: [its body, its runs (`_runs`) once a part-line store asks]
     whole_only = bool(attrs.get(WHOLE_ATTR, False))

@@ -19,6 +19,7 @@ from tvm import ir, tirx
 from tvm.sym import Analyzer
 
 from ..dtypes import vector_parts
+from .rewrite import let_values
 
 # a span wider than this many lanes is a strided read (a transpose's column), not a broadcast
 MAX_SPAN_PER_LANE = 1
@@ -70,8 +71,7 @@ def _pattern(index, lets: dict, ana) -> tuple | None:
 def shuffle_loads(func):
     """`func` with every vector load of constant lane offsets over a short span replaced by a
     contiguous load of the span and a shuffle; unchanged when there is none."""
-    lets: dict = {}
-    tvm_ffi.structural_walk(func.body, [(tirx.Bind, lambda b: lets.__setitem__(b.var, b.value))])
+    lets = let_values(func.body)
     ana = Analyzer()
     count = [0]
 

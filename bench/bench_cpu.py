@@ -5,9 +5,14 @@ subgraphs of ../shared/bench/bench_set.txt, with a STREAM triad (compiled by akg
 
 Per subgraph: every implementation is checked against akgpy.reference first (the `check` column),
 then timed on one set of 64-byte aligned inputs: warm-up, then `--repeat` rounds, each calling every
-implementation once (in an order shuffled anew each round, seeded, and a short sleep between
-calls so that one runtime's spinning worker threads do not steal cores from the next); the
-median is reported. Shuffled, not rotated: a rotation keeps each one's predecessor fixed, and
+implementation once (in an order shuffled anew each round, seeded, and a 5 ms pause before each
+call so that one runtime's spinning worker threads do not steal cores from the next); the
+median is reported. The pause busy-waits (`--gap-sleep` sleeps instead): a core that sleeps 5 ms
+here (a KVM guest) comes back slow, and the next call pays for it, while STREAM's samples and a
+framework's kernels run back to back. yolo ~6853 kernel alone, one thread: 1.44 ms with no
+pause, 1.45 after 5 ms of busy-waiting, 1.58 after 5 ms of sleep (1 ms of sleep: 1.45); in the
+whole bench run, akgpy's %STREAM geomean went 40% -> 43% and inductor's times dropped as much
+(yolo ~3153 13.2 -> 6.1 ms), so akgpy's ratio to it fell 4.14x -> 3.89x. Shuffled, not rotated: a rotation keeps each one's predecessor fixed, and
 `kern-poly` always ran right after `akgpy-poly` on the same arrays, whose pages and cache lines
 that call had just touched, while `akgpy-poly` always followed inductor. The single cast
 `~3234` read 3.44 ms kernel-only against 3.69 ms through prog(), and back to back, warm, the
@@ -76,6 +81,16 @@ def aligned_copy(a: np.ndarray) -> np.ndarray:
     out = aligned_empty(a.shape, a.dtype)
     np.copyto(out, a)
     return out
+
+
+def _gap(seconds: float, sleep: bool) -> None:
+    """The pause before a timed call, busy-waiting unless `sleep`: see the module docstring."""
+    if sleep:
+        time.sleep(seconds)
+        return
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 
 def prebound(prog, arrays):
@@ -226,7 +241,7 @@ def run_one(e: dict, args, torch) -> dict:
             for name in order:
                 if name not in fns:
                     continue
-                time.sleep(args.gap_ms / 1e3)
+                _gap(args.gap_ms / 1e3, args.gap_sleep)
                 try:
                     t0 = time.perf_counter()
                     out = fns[name]()
@@ -351,7 +366,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--schedules", default="plain,poly", help="comma list passed as schedule= to akgpy.fuse")
-    ap.add_argument("--gap-ms", type=float, default=5.0, help="sleep before each timed call")
+    ap.add_argument("--gap-ms", type=float, default=5.0, help="pause before each timed call")
+    ap.add_argument("--gap-sleep", action="store_true",
+                    help="sleep through the pause instead of busy-waiting (lets the core idle; see the docstring)")
     ap.add_argument("--inductor-cache", help="TORCHINDUCTOR_CACHE_DIR (default: a fresh one, so compiles are cold)")
     args = ap.parse_args(argv)
     args.schedules = [s.strip() for s in args.schedules.split(",") if s.strip()]

@@ -46,7 +46,7 @@ from .isl_util import maps_of, sets_of
 from .parts import Merged, member_dims, merge_parts
 from .model import PolyModel, Statement
 from .coalesce import coalesce_tail, extent_of
-from .columns import column_blocks
+from .columns import CHUNK_REGISTERS, chunk_rows, column_blocks, is_chunked_column_sum
 from .tiles import cache_tile, line_elements, register_transpose_tile, transpose_plan, vector_tile
 
 _T = isl.schedule_node_type
@@ -334,6 +334,10 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
     column = not pinned and last > 0 and not coincident[0]
     widen = (opts.column_registers.get(s.name, 1), "each row step reads two whole cache lines of the "
              "input, in independent add chains") if column else None
+    chunked = not pinned and is_chunked_column_sum(s, coincident, last, opts)
+    if chunked:
+        widen = (min(CHUNK_REGISTERS, opts.column_registers.get(s.name, 1)),
+                 "independent add chains in each row step of a chunk")
     split = got is None and (tail is not None or dims[last] in writes) and _vector_split(
         model, opts, [s], exprs, coincident, last, notes, s.name, isolate if tail is None else None,
         tail=tail, widen=widen)
@@ -346,6 +350,8 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
         isolate = {0: isolate[last]} if last in isolate else {}
         notes.append(f"order: {s.name}: vector blocks of {s.dims[dims[last]]} outermost (parallel), "
                      "the reduction inside")
+    if split and chunked:
+        chunk_rows(model, s, exprs, coincident, isolate, notes)
     if split:
         mark[len(coincident) - 1] = VECTOR
     if opts.parallel and not pinned and coincident[0] and 0 not in mark and \

@@ -1450,6 +1450,26 @@ def test_transpose_blocks_with_a_batch_of_one_run_one_parallel_loop():
     assert not check_program(g, prog)
 
 
+def test_a_streamed_transpose_narrows_its_tile_to_whole_lines():
+    """256 float16 channels to NHWC with 16-byte transpose registers: an 8 x 16 tile stores 32
+    bytes of each output row, half a line, which cannot stream, and no wider tile fits the
+    registers with whole lines; 4 x 32 does (yolo's [32, 256, 52, 52] transposes: 0.67-0.94x,
+    kernel alone). A cached output keeps 8 x 16."""
+    b = GraphBuilder("transpose_256_rows")
+    x = b.input("x", (4, 256, 32, 32), "float16")  # 2 MB: outputs under 1 MiB never stream
+    b.output(b.transpose(x, (0, 2, 3, 1)))
+    g = b.build()
+    cfg = SHAPED.replace(vector_bytes=32, narrow_transpose_bytes=16)
+    cached = akgpy.fuse(g, config=cfg)
+    assert "each tile (8 x 16) is transposed in registers" in cached.explain(), cached.explain()[:3000]
+    streamed = akgpy.fuse(g, config=cfg.replace(stream_min_bytes=1 << 10))
+    text = streamed.explain()
+    assert "each tile (4 x 32) is transposed in registers" in text, text[:3000]
+    if llvm_is_x86():
+        assert streamed.kernels[0].source.count("!nontemporal") > 0
+    assert not check_program(g, cached) and not check_program(g, streamed)
+
+
 @pytest.mark.parametrize("cast", [False, True])
 def test_a_streamed_transpose_of_few_rows_widens_its_tile_to_whole_lines(cast):
     """3 channels to NHWC with 32-byte registers: a 16 x 3 tile writes 96 float16 (a line and a

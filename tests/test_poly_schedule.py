@@ -1408,20 +1408,29 @@ def test_a_transpose_and_its_producer_share_the_transposed_dim_in_blocks():
     assert not check_program(g, whole)
 
 
-@pytest.mark.parametrize("shape,perm,narrow,cached_tile,streamed_tile", [
-    ((4, 256, 26, 26), (0, 2, 3, 1), 0, "26 x 16", "13 x 32"),
-    ((128, 3, 3, 512), (0, 3, 1, 2), 16, "8 x 9", "32 x 9")])
-def test_a_streamed_transpose_stores_whole_cache_lines(shape, perm, narrow, cached_tile, streamed_tile):
+@pytest.mark.parametrize("shape,perm,dtype,vector_bytes,narrow,cached_tile,streamed_tile", [
+    ((4, 256, 26, 26), (0, 2, 3, 1), "float16", 64, 0, "26 x 16", "13 x 32"),
+    ((128, 3, 3, 512), (0, 3, 1, 2), "float16", 64, 16, "8 x 9", "32 x 9"),
+    ((4, 3, 256, 256), (0, 2, 3, 1), "float16", 32, 0, "16 x 3", "64 x 3"),
+    ((4, 3, 256, 256), (0, 2, 3, 1), "float32", 32, 0, "16 x 3", "64 x 3"),  # cast to float16 first
+    ((4, 256, 32, 32), (0, 2, 3, 1), "float16", 32, 16, "8 x 16", "4 x 32")])
+def test_a_streamed_transpose_stores_whole_cache_lines(shape, perm, dtype, vector_bytes, narrow, cached_tile,
+                                                       streamed_tile):
     """Streamed (non-temporal) stores must fill whole lines, and a line read before a partial
     write costs a read: where the output streams, a tile writes whole lines. NCHW -> NHWC:
     32 float16 rows from 13-element reads instead of the 26 x 16 it takes when the output stays
     cached. [.., 9, 512] -> [.., 512, 9] with narrow (16-byte) registers: 8 x 9 tiles write
-    144-byte blocks, so the streamed tile takes full-width registers (32 x 9: nine lines)."""
+    144-byte blocks, so the streamed tile takes full-width registers (32 x 9: nine lines). 3
+    channels with 32-byte registers: a 16 x 3 tile writes 96 float16 (a line and a half), so it
+    widens along the read rows until its block is whole lines (64 x 3: six). 256 channels with
+    16-byte registers: 8 x 16 stores 32 bytes of each output row and no wider tile fits the
+    registers with whole lines; it narrows to 4 x 32 (yolo's [32, 256, 52, 52] transposes:
+    0.67-0.94x, kernel alone)."""
     b = GraphBuilder("transpose_lines")
-    x = b.input("x", shape, "float16")  # over 1 MiB: outputs of 1 MiB or more stream
-    b.output(b.transpose(x, perm))
+    x = b.input("x", shape, dtype)  # over 1 MiB: outputs of 1 MiB or more stream
+    b.output(b.transpose(b.cast(x, "float16") if dtype != "float16" else x, perm))
     g = b.build()
-    cfg = SHAPED.replace(narrow_transpose_bytes=narrow)
+    cfg = SHAPED.replace(vector_bytes=vector_bytes, narrow_transpose_bytes=narrow)
     cached = akgpy.fuse(g, config=cfg)
     assert f"each tile ({cached_tile}) is transposed in registers" in cached.explain()
     streamed = akgpy.fuse(g, config=cfg.replace(stream_min_bytes=1 << 10))
@@ -1450,41 +1459,3 @@ def test_transpose_blocks_with_a_batch_of_one_run_one_parallel_loop():
     assert not check_program(g, prog)
 
 
-def test_a_streamed_transpose_narrows_its_tile_to_whole_lines():
-    """256 float16 channels to NHWC with 16-byte transpose registers: an 8 x 16 tile stores 32
-    bytes of each output row, half a line, which cannot stream, and no wider tile fits the
-    registers with whole lines; 4 x 32 does (yolo's [32, 256, 52, 52] transposes: 0.67-0.94x,
-    kernel alone). A cached output keeps 8 x 16."""
-    b = GraphBuilder("transpose_256_rows")
-    x = b.input("x", (4, 256, 32, 32), "float16")  # 2 MB: outputs under 1 MiB never stream
-    b.output(b.transpose(x, (0, 2, 3, 1)))
-    g = b.build()
-    cfg = SHAPED.replace(vector_bytes=32, narrow_transpose_bytes=16)
-    cached = akgpy.fuse(g, config=cfg)
-    assert "each tile (8 x 16) is transposed in registers" in cached.explain(), cached.explain()[:3000]
-    streamed = akgpy.fuse(g, config=cfg.replace(stream_min_bytes=1 << 10))
-    text = streamed.explain()
-    assert "each tile (4 x 32) is transposed in registers" in text, text[:3000]
-    if llvm_is_x86():
-        assert streamed.kernels[0].source.count("!nontemporal") > 0
-    assert not check_program(g, cached) and not check_program(g, streamed)
-
-
-@pytest.mark.parametrize("cast", [False, True])
-def test_a_streamed_transpose_of_few_rows_widens_its_tile_to_whole_lines(cast):
-    """3 channels to NHWC with 32-byte registers: a 16 x 3 tile writes 96 float16 (a line and a
-    half), which cannot stream; where the output streams the tile widens along the read rows
-    until its block is whole lines (64 x 3: six). A cached output keeps the register-wide tile."""
-    b = GraphBuilder("transpose_3_rows")
-    x = b.input("x", (4, 3, 256, 256), "float32" if cast else "float16")
-    b.output(b.transpose(b.cast(x, "float16") if cast else x, (0, 2, 3, 1)))
-    g = b.build()
-    cfg = SHAPED.replace(vector_bytes=32, narrow_transpose_bytes=0)
-    cached = akgpy.fuse(g, config=cfg)
-    assert "each tile (16 x 3) is transposed in registers" in cached.explain()
-    streamed = akgpy.fuse(g, config=cfg.replace(stream_min_bytes=1 << 10))
-    text = streamed.explain()
-    assert "each tile (64 x 3) is transposed in registers" in text, text[:3000]
-    if llvm_is_x86():
-        assert streamed.kernels[0].source.count("!nontemporal") > 0
-    assert not check_program(g, cached) and not check_program(g, streamed)

@@ -37,7 +37,7 @@ from .isl_ast import realize
 from .kept import WIDE_MATH_INSTANCES, blocks_of, kept_blocks, roundings
 from .plain import inline_injective, plain_schedule, tvm_dtype_bits
 from .prepass import rfactor_rows, uses_vector_math, wide_partials
-from .stream import stream_candidates
+from .stream import LATENCY_ATTR, stream_candidates
 from .transpose import copy_parts
 
 
@@ -93,6 +93,12 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
         new_func, ast_text, codegen_notes = realize(func, model, final, coalesced)
     except Exception as e:
         return fallback(f"code generation from the isl AST failed: {type(e).__name__}: {e}")
+    blocks = blocks_of(func)
+    chains = [s.name for s in model.statements if s.block in blocks and roundings(blocks[s.block]) >= CHAIN_ROUNDINGS]
+    if chains:
+        new_func = new_func.with_attr(LATENCY_ATTR, True)
+        codegen_notes = [*codegen_notes, f"float16 rounding chains ({', '.join(chains)}): LLVM's instruction "
+                         "scheduler asked for parallelism over register pressure (targets/llvm.py)"]
     t2 = time.perf_counter()
     report[:0] = [f"schedule path: poly/isl-ast: loop nest generated from the isl AST of the final schedule "
                   f"({len(model.statements)} statements; isl {1e3 * (t1 - t0):.0f} ms, passes+codegen "

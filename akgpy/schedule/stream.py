@@ -34,6 +34,7 @@ ATTR = "akgpy.stream_outputs"  # PrimFunc attr: {buffer data name: [output tenso
 PREFETCH_ATTR = "akgpy.prefetch_bytes"  # PrimFunc attr: software prefetch distance in bytes
 SHARE_ATTR = "akgpy.stream_share"  # PrimFunc attr: ScheduleConfig.stream_share
 WHOLE_ATTR = "akgpy.stream_whole_lines"  # PrimFunc attr: only vector stores of whole lines stream
+LATENCY_ATTR = "akgpy.latency_bound"  # PrimFunc attr: arithmetic chains bound by latency (targets/llvm.py)
 MIN_OUTPUT = 1 << 20
 # By default stream only when (nearly) all output bytes can: on a Xeon VM a kernel mixing
 # streamed and cached output lines ran slower than with plain stores alone (dropout ~6619,

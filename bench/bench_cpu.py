@@ -12,9 +12,10 @@ here (a KVM guest) comes back slow, and the next call pays for it, while STREAM'
 framework's kernels run back to back. yolo ~6853 kernel alone, one thread: 1.44 ms with no
 pause, 1.45 after 5 ms of busy-waiting, 1.58 after 5 ms of sleep (1 ms of sleep: 1.45); in the
 whole bench run, akgpy's %STREAM geomean went 40% -> 43% and inductor's times dropped as much
-(yolo ~3153 13.2 -> 6.1 ms), so akgpy's ratio to it fell 4.14x -> 3.89x. Shuffled, not rotated: a rotation keeps each one's predecessor fixed, and
-`kern-poly` always ran right after `akgpy-poly` on the same arrays, whose pages and cache lines
-that call had just touched, while `akgpy-poly` always followed inductor. The single cast
+(yolo ~3153 13.2 -> 6.1 ms), so akgpy's ratio to it fell 4.14x -> 3.89x.
+Shuffled, not rotated: a rotation keeps each one's predecessor fixed, and `kern-poly` always ran
+right after `akgpy-poly` on the same arrays, whose pages and cache lines that call had just
+touched, while `akgpy-poly` always followed inductor. The single cast
 `~3234` read 3.44 ms kernel-only against 3.69 ms through prog(), and back to back, warm, the
 two are equal (3.99 vs 4.00 ms).
 Every call allocates its outputs, as a framework would; the `kern ms` column times the akgpy kernel

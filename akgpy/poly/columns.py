@@ -90,11 +90,12 @@ def chunk_rows(model, s, exprs, coincident, isolate: dict, notes) -> bool:
     ex = exprs[s.name]
     if len(ex) != 4 or isolate:
         return False
-    rows = next((u for u in COLUMN_ROWS if extent_of(model, [s], exprs, 1) % u == 0), 0)
+    k = extent_of(model, [s], exprs, 1)
+    rows = next((u for u in COLUMN_ROWS if k % u == 0), 0)
     if not rows:
         return False
+    L = extent_of(model, [s], exprs, 3)
     exprs[s.name] = [ex[0], f"floor(({ex[1]}) / {rows})", ex[2], f"({ex[1]}) mod {rows}", ex[3]]
     coincident[:] = [True, False, True, False, True]
-    notes.append(f"order: {s.name}: {rows} rows of its chunk a step, vectors of {extent_of(model, [s], exprs, 4)} "
-                 "columns innermost")
+    notes.append(f"order: {s.name}: {rows} rows of its chunk a step, vectors of {L} columns innermost")
     return True

@@ -79,6 +79,8 @@ class TreeOptions:
     # reduction updates bound by their arithmetic per element (vector math, a float16 rounding
     # chain), not by how they walk memory: column reductions among them keep one vector per block
     heavy: frozenset = frozenset()
+    # statements chaining CHAIN_ROUNDINGS or more float16 roundings (schedule/poly.py)
+    rounding_chains: frozenset = frozenset()
 
 
 @dataclass
@@ -332,10 +334,12 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
                                                  first=1 if opts.parallel and not pinned else 0)
         last = len(coincident) - 1
     column = not pinned and last > 0 and not coincident[0]
-    widen = (opts.column_registers.get(s.name, 1), "each row step reads two whole cache lines of the "
-             "input, in independent add chains") if column else None
     chunked = not pinned and is_chunked_column_sum(s, coincident, last, opts)
-    if chunked:
+    widen = None
+    if column:
+        widen = (opts.column_registers.get(s.name, 1), "each row step reads two whole cache lines of the "
+                 "input, in independent add chains")
+    elif chunked:
         widen = (min(CHUNK_REGISTERS, opts.column_registers.get(s.name, 1)),
                  "independent add chains in each row step of a chunk")
     split = got is None and (tail is not None or dims[last] in writes) and _vector_split(

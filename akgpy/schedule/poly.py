@@ -93,12 +93,10 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
         new_func, ast_text, codegen_notes = realize(func, model, final, coalesced)
     except Exception as e:
         return fallback(f"code generation from the isl AST failed: {type(e).__name__}: {e}")
-    blocks = blocks_of(func)
-    chains = [s.name for s in model.statements if s.block in blocks and roundings(blocks[s.block]) >= CHAIN_ROUNDINGS]
-    if chains:
+    if opts.rounding_chains:
         new_func = new_func.with_attr(LATENCY_ATTR, True)
-        codegen_notes = [*codegen_notes, f"float16 rounding chains ({', '.join(chains)}): LLVM's instruction "
-                         "scheduler asked for parallelism over register pressure (targets/llvm.py)"]
+        codegen_notes = [*codegen_notes, f"float16 rounding chains ({', '.join(sorted(opts.rounding_chains))}): "
+                         "LLVM's instruction scheduler asked for parallelism over register pressure (targets/llvm.py)"]
     t2 = time.perf_counter()
     report[:0] = [f"schedule path: poly/isl-ast: loop nest generated from the isl AST of the final schedule "
                   f"({len(model.statements)} statements; isl {1e3 * (t1 - t0):.0f} ms, passes+codegen "
@@ -246,18 +244,20 @@ def _tree_options(func, model, cfg: ScheduleConfig, streams: bool = False) -> Tr
         big = max(maps_of(s.reads), key=array_size, default=None) if s.kind == "update" else None
         if big is not None:
             column[s.name] = max(1, min(COLUMN_REGISTERS, LINE_BITS // (lanes[s.name] * array_bits(big))))
+    rounding = frozenset(s.name for s in model.statements
+                         if s.block in blocks and roundings(blocks[s.block]) >= CHAIN_ROUNDINGS)
     registers, chains = {}, {}
     for s in model.statements:
         if s.kind != "compute" or s.block not in blocks:
             continue
-        if roundings(blocks[s.block]) >= CHAIN_ROUNDINGS and cfg.chain_registers > 1:
+        if s.name in rounding and cfg.chain_registers > 1:
             registers[s.name], chains[s.name] = cfg.chain_registers, "a latency-bound chain of float16 roundings"
         if cfg.math_registers > registers.get(s.name, 1) and uses_vector_math(blocks[s.block]) \
                 and prod(extents(s)) >= WIDE_MATH_INSTANCES:
             registers[s.name], chains[s.name] = cfg.math_registers, "a latency-bound chain of vector math (exp/log/tanh)"
     # only reductions' updates ask (poly/columns.py); compute statements were walked above
     heavy = frozenset(s.name for s in model.statements if s.kind == "update" and s.block in blocks and (
-        uses_vector_math(blocks[s.block]) or roundings(blocks[s.block]) >= CHAIN_ROUNDINGS))
+        uses_vector_math(blocks[s.block]) or s.name in rounding))
     copies = frozenset(s.name for s in model.statements
                        if s.kind == "compute" and s.block in blocks and copy_parts(blocks[s.block]) is not None)
     narrow = {}  # copies of elements under 32 bits: their register transposes' lanes
@@ -267,7 +267,7 @@ def _tree_options(func, model, cfg: ScheduleConfig, streams: bool = False) -> Tr
             if elem < 32:
                 narrow[s.name] = min(lanes[s.name], max(cfg.narrow_transpose_bytes * 8 // elem, 1))
     return TreeOptions(lanes=lanes, registers=registers, chains=chains, column_registers=column, heavy=heavy,
-                       copies=copies,
+                       rounding_chains=rounding, copies=copies,
                        transpose_lanes=narrow, tile=cfg.tile,
                        l1_bytes=cfg.l1_bytes, l2_bytes=cfg.l2_bytes, stride1_innermost=cfg.stride1_innermost,
                        fusion_depth=cfg.fusion_depth, parallel=cfg.parallel, min_parallel=cfg.min_parallel,

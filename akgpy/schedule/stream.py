@@ -1,6 +1,7 @@
 """Which outputs a kernel writes with streaming (non-temporal) stores, and how far ahead it
 prefetches its reads: schedule decisions, realised by the LLVM target
-(akgpy/targets/stream_stores.py, akgpy/targets/prefetch.py).
+(akgpy/targets/stream_stores.py, akgpy/targets/prefetch.py). The hints' PrimFunc attribute names
+live here, with `LATENCY_ATTR` (a kernel of float16 rounding chains, targets/llvm.py).
 
 Streaming pays when the output would not stay in cache for its next reader anyway: the kernel
 moves at least `ScheduleConfig.stream_min_bytes` (default: twice the host's last-level cache),

@@ -1108,6 +1108,39 @@ def test_a_row_sums_float16_operand_shared_with_siblings_is_computed_once(shape,
     assert not check_program(g, prog)
 
 
+@pytest.mark.parametrize("rows,bias,kept", [(64, 4096, True), (4, 8192, False), (64, 512, False), (8192, 4, False)])
+def test_a_float16_bias_cast_from_float32_is_rounded_once_per_column(rows, bias, kept):
+    """bert's GELU ~8645 adds a float32 bias cast to float16 to a [2048, 3072] matrix: inlined,
+    the cast (a conversion pair) ran once per element, 2048 times per bias value. A broadcast
+    operand whose computation costs more than a load and whose readers use each value 8 times
+    or more is computed once, and the fused loop over the matrix reads it. Given to isl, the
+    bias statement joined the matrix's band with a constant for the rows it lacks, which cost
+    the bias add and the GELU chain their shared loop: it runs first, outside isl's search
+    (poly/scheduler.broadcasts), on one thread. Not for few rows (each value used 4 times),
+    a small kernel (32768 elements: the extra loop and buffer cost more) nor a bias narrower
+    than a register."""
+    b = GraphBuilder("bias_cast")
+    x = b.input("x", (rows, bias), "float16")
+    w = b.input("w", (bias,), "float32")
+    y = x + b.cast(w, "float16")
+    b.output(y)
+    b.output(y * (b.tanh(y * 0.79785) + 1.0) * 0.5)
+    g = b.build()
+    prog = akgpy.fuse(g, config=WIDE)
+    explain = prog.explain()
+    inlined = next(line for line in explain.splitlines() if line.startswith("inlined before scheduling"))
+    assert ("Cast_0" not in inlined) == kept, inlined
+    if kept:
+        ast = explain.split("== isl AST")[1]
+        # the bias first, on its own; then one parallel loop nest running the add and the GELU
+        assert ast.index("S_Cast_0(") < ast.index("// parallel"), ast  # and not itself parallel
+        assert ast.count("// parallel") == 1 and re.search(r"S_Add_1\([^)]*\);\s*S_Mul_\d+\(", ast), ast
+        tir = prog.kernels[0].tir
+        fused = tir[tir.index('T.sblock("Add_1")'):]
+        assert 'T.Cast("float16", w[' not in fused and "Cast_0[" in fused, fused[:1500]
+    assert not check_program(g, prog)
+
+
 @pytest.mark.parametrize("shape,dtype,lanes", [((64, 999), "float32", True), ((16, 37), "int32", True),
                                                ((65, 49), "float32", True), ((64, 999), "float16", True),
                                                ((128, 24), "float32", False)])

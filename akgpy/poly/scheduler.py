@@ -16,6 +16,7 @@ import select
 import signal
 import threading
 import time
+from math import prod
 from typing import Any, Callable
 
 import islpy as isl
@@ -23,7 +24,8 @@ import islpy as isl
 from ..errors import CompileError
 from .checks import check_legal
 from .deps import Deps
-from .isl_util import context_options, operation_budget, schedule_from_text
+from .access import extents
+from .isl_util import context_options, operation_budget, schedule_from_text, sets_of
 from .model import PolyModel
 
 # The 64x128 LayerNorm/Softmax graphs of tests/test_poly_model.py need about 80k / 45k
@@ -42,15 +44,53 @@ def compute_schedule(model: PolyModel, deps: Deps, *, max_operations: int = DEFA
     `options` are isl Context scheduler options without the set_ prefix, e.g.
     {"schedule_max_constant_term": 1024}; they hold for this call only.
     """
-    sc = (isl.ScheduleConstraints.on_domain(model.domain)
-          .set_validity(deps.validity)
-          .set_proximity(deps.raw.union(deps.rar) if input_reuse else deps.raw)
-          .set_coincidence(deps.validity))
+    first = broadcasts(model, deps)
+    domain = model.domain if first is None else model.domain.subtract(first)
+
+    def within(um: isl.UnionMap) -> isl.UnionMap:
+        return um.intersect_domain(domain).intersect_range(domain)
+    sc = (isl.ScheduleConstraints.on_domain(domain)
+          .set_validity(within(deps.validity))
+          .set_proximity(within(deps.raw.union(deps.rar) if input_reuse else deps.raw))
+          .set_coincidence(within(deps.validity)))
     with context_options(model.ctx, options or {}), \
             operation_budget(model.ctx, max_operations, "compute_schedule"):
         schedule = sc.compute_schedule()
+    if first is not None:
+        schedule = isl.Schedule.from_domain(first).sequence(schedule)
     check_legal(schedule, deps)
     return schedule
+
+
+# a statement whose every value feeds this many instances or more of each statement reading it
+# is a broadcast (`broadcasts`; schedule/kept.py keeps such blocks when they compute much)
+BROADCAST_REUSE = 8
+# ... of this many points at most (a row of 32 KiB float32): its values stay cached for readers
+BROADCAST_MAX_POINTS = 8192
+
+
+def broadcasts(model: PolyModel, deps: Deps) -> isl.UnionSet | None:
+    """Elementwise statements computed from kernel inputs alone (no dependence into them), of
+    BROADCAST_MAX_POINTS points at most, each of whose readers runs BROADCAST_REUSE times their
+    points or more: a bias row [N] for a [M, N] matrix. They run first, each in its own loop,
+    and isl schedules the rest without them. Given to isl, such a statement joined its readers'
+    band, sharing the dim it has and a constant for the dims it lacks; the tree passes fuse only
+    members every statement has, and bert's GELU ~8645 lost the loop its bias add and GELU chain
+    shared (two passes over the matrix). Nor could isl's answer be cut apart afterwards: with
+    the statement in it, isl put a yolo transpose's channel dim first, and without it the batch
+    loop that keeps each image's intermediate in cache."""
+    size = {s.name: prod(extents(s)) for s in model.statements}
+    out = None
+    for s in model.statements:
+        if s.kind != "compute" or size[s.name] > BROADCAST_MAX_POINTS:
+            continue
+        mine = isl.UnionSet.from_set(s.domain)
+        if not deps.validity.intersect_range(mine).is_empty():
+            continue
+        readers = {r.get_tuple_name() for r in sets_of(deps.raw.intersect_domain(mine).range())}
+        if readers and all(size[r] >= BROADCAST_REUSE * size[s.name] for r in readers):
+            out = mine if out is None else out.union(mine)
+    return None if out is None or out.is_equal(model.domain) else out
 
 
 def schedule_text(model: PolyModel, deps: Deps, max_operations: int = DEFAULT_MAX_OPERATIONS,

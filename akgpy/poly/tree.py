@@ -40,6 +40,7 @@ import islpy as isl
 
 from ..te.index import digit_groups, repeats_every
 from .checks import IllegalSchedule, check_legal
+from .scheduler import broadcasts
 from .deps import Deps
 from .access import array_size, big_accesses, extents, pow2_lanes, single_dim, stride1_dim, stride1_dims
 from .isl_util import maps_of, sets_of
@@ -105,19 +106,36 @@ class Coalesced:
 
 # -- reading isl's answer ----------------------------------------------------------------------
 
-def _top_groups(tree: isl.Schedule) -> list[tuple[isl.UnionSet, isl.ScheduleNode | None]]:
-    """(statements, their first band) for each top-level part of isl's tree."""
+def _top_groups(tree: isl.Schedule, first: isl.UnionSet | None = None) -> list[tuple[isl.UnionSet, isl.ScheduleNode | None]]:
+    """(statements, their first band) for each top-level part of isl's tree. `first`: the
+    broadcasts that poly/scheduler.py runs first; isl's answer for the rest, after them, may be
+    a set or sequence of parts, which are top-level parts too."""
     node = tree.get_root().child(0)
     if node.get_type() == _T.band:
         return [(node.get_domain(), node)]
-    if node.get_type() in (_T.sequence, _T.set):
-        out = []
-        for c in range(node.n_children()):
-            f = node.child(c)
-            inner = f.child(0) if f.n_children() else None
-            out.append((f.filter_get_filter(), inner if inner is not None and inner.get_type() == _T.band else None))
-        return out
-    return [(node.get_domain(), None)]
+    if node.get_type() not in (_T.sequence, _T.set):
+        return [(node.get_domain(), None)]
+    after = first is not None and _names(node.child(0).filter_get_filter()) == _names(first)
+    out = []
+    for c in range(node.n_children()):
+        f = node.child(c)
+        inner = f.child(0) if f.n_children() else None
+        if c and after and inner is not None and inner.get_type() in (_T.sequence, _T.set):
+            out += [(inner.child(k).filter_get_filter(), _first_band(inner.child(k))) for k in range(inner.n_children())]
+        else:
+            out.append((f.filter_get_filter(), _first_band(f)))
+    return out
+
+
+def _names(us: isl.UnionSet) -> set[str]:
+    """The statements of a filter (isl leaves one it built unbounded: compare names, not sets)."""
+    return {st.get_tuple_name() for st in sets_of(us)}
+
+
+def _first_band(f) -> isl.ScheduleNode | None:
+    """The band right below filter node `f`, if that is what is there."""
+    inner = f.child(0) if f.n_children() else None
+    return inner if inner is not None and inner.get_type() == _T.band else None
 
 
 def _coincident_dims(s: Statement) -> set[int]:
@@ -368,11 +386,13 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
 
 
 def shape(model: PolyModel, deps: Deps, tree: isl.Schedule, opts: TreeOptions) -> Shaped:
-    groups = _top_groups(tree)
+    first = broadcasts(model, deps)
+    groups = _top_groups(tree, first)
+    serial = _names(first) if first is not None else set()
     merged = merge_parts(model, deps, groups, opts.input_fusion) if len(groups) > 1 else groups
     if len(merged) < len(groups):
         try:
-            shaped = _shape(model, deps, merged, opts, [
+            shaped = _shape(model, deps, merged, opts, serial, [
                 f"fusion: isl's {len(groups)} top-level parts share their outer loops (the same dims of "
                 f"every statement, no dependence across them); merged into {len(merged)}, each part's statements "
                 "run per iteration of them: "
@@ -381,12 +401,15 @@ def shape(model: PolyModel, deps: Deps, tree: isl.Schedule, opts: TreeOptions) -
             return shaped
         except IllegalSchedule:
             pass
-    shaped = _shape(model, deps, groups, opts, [])
+    shaped = _shape(model, deps, groups, opts, serial, [])
     check_legal(shaped.schedule, deps)
     return shaped
 
 
-def _shape(model: PolyModel, deps: Deps, groups, opts: TreeOptions, notes: list[str]) -> Shaped:
+def _shape(model: PolyModel, deps: Deps, groups, opts: TreeOptions, serial: set[str], notes: list[str]) -> Shaped:
+    """The tree of `groups` (top-level parts); a part of statements in `serial` alone (the
+    broadcasts run first: a few thousand points, less work than a thread-pool dispatch, ~5 us
+    here) gets no parallel loop."""
     ctx = model.ctx
     tiles: dict[str, tuple[int, ...]] = {}
     coalesced: dict[str, Coalesced] = {}
@@ -404,7 +427,8 @@ def _shape(model: PolyModel, deps: Deps, groups, opts: TreeOptions, notes: list[
             leaf = _merged_group(model, leaf, band, opts, notes, tiles, f"part {g}", coalesced, order)
         else:
             stmts = sorted((model.statement(st.get_tuple_name()) for st in sets_of(filt)), key=lambda s: order[s.name])
-            leaf = _group(model, leaf, stmts, band, opts, notes, tiles, f"part {g}", coalesced)
+            here = dataclasses.replace(opts, parallel=False) if _names(filt) <= serial else opts
+            leaf = _group(model, leaf, stmts, band, here, notes, tiles, f"part {g}", coalesced)
         root = _up_to_depth(leaf, 1)
     return Shaped(root.get_schedule(), notes, tiles, coalesced)
 

@@ -10,6 +10,7 @@ from math import prod
 from tvm import ir, s_tir, tirx
 from tvm_ffi import structural_walk
 
+from ..poly.scheduler import BROADCAST_MAX_POINTS, BROADCAST_REUSE
 from .plain import tvm_dtype_bits
 from .prepass import uses_vector_math
 
@@ -19,8 +20,38 @@ KEEP_ROUNDINGS = 3
 
 
 def kept_blocks(func, roles: dict[str, str], lanes: int) -> set[str]:
-    """The blocks `inline_injective` keeps: transposes' math sources and shared chains."""
-    return transpose_sources(func) | shared_chains(func, roles, lanes)
+    """The blocks `inline_injective` keeps: transposes' math sources, shared chains and
+    costly broadcast operands."""
+    return transpose_sources(func) | shared_chains(func, roles, lanes) | broadcast_sources(func, roles, lanes)
+
+
+def broadcast_sources(func, roles: dict[str, str], lanes: int) -> set[str]:
+    """Elementwise blocks over fewer points than each block reading them (a bias row read by a
+    whole matrix), whose own computation costs more than a load: a float16 rounding (a
+    conversion pair where float16 is not native) or vector math. Inlined, a reader computes
+    them once per point of its own, BROADCAST_REUSE times or more per value; kept, they are
+    computed once into a buffer the readers load (isl schedules them apart: poly/scheduler.py
+    `broadcasts`, which sets the bounds). Rows of a register or more only: a kept statement
+    vectorises on its own; and readers of WIDE_MATH_INSTANCES points or more: in a [16, 768]
+    kernel of 45 us the saving did not pay for the extra loop and buffer (1.06-1.09x)."""
+    blocks = {n: b for n, b in blocks_of(func).items() if b.writes}
+    outputs = {p.name for p in func.params}
+    readers: dict[str, list[int]] = {}
+    for name, b in blocks.items():
+        points = prod(int(iv.dom.extent) for iv in b.iter_vars)
+        for r in b.reads:
+            readers.setdefault(r.source.name, []).append(points)
+    out = set()
+    for name, b in blocks.items():
+        buf = b.writes[0].source
+        shape = [int(e) for e in buf.shape]
+        if roles.get(name) != "elemwise" or buf.name in outputs or not shape or shape[-1] < lanes:
+            continue
+        seen = readers.get(buf.name, [])
+        if seen and min(seen) >= max(BROADCAST_REUSE * prod(shape), WIDE_MATH_INSTANCES) and \
+                prod(shape) <= BROADCAST_MAX_POINTS and (roundings(b) or uses_vector_math(b)):
+            out.add(name)
+    return out
 
 
 # ops that only move or convert data: inlined into a transpose, they cost no math

@@ -34,6 +34,7 @@ def dump(kernel: str, stage: str, produce) -> None:
 def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", config=None):
     """`config`: an akgpy.ScheduleConfig (schedule knobs); None picks the target's defaults."""
     from .frontends.composite import load_composite
+    from .graph.algebra import share_exp
     from .graph.collapse import collapse_dims
     from .runtime.program import Kernel, Program
     from .schedule.config import default_config
@@ -49,6 +50,10 @@ def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", c
     cfg = config or default_config(target)
     # the kernel runs on the collapsed graph; Program keeps g: it checks and returns g's shapes
     kg, graph_note = (cfg.collapse_dims and collapse_dims(g)) or (g, None)
+    shared = share_exp(kg)
+    if shared:
+        kg, note = shared
+        graph_note = f"{graph_note}\n{note}" if graph_note else note
     if graph_note:
         dump(ident(g.name), "0_graph_collapsed.txt", lambda: f"{graph_note}\n{kg.describe()}")
 

@@ -55,7 +55,7 @@ def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", c
         kg, note = shared
         graph_note = f"{graph_note}\n{note}" if graph_note else note
     if graph_note:
-        dump(ident(g.name), "0_graph_collapsed.txt", lambda: f"{graph_note}\n{kg.describe()}")
+        dump(ident(g.name), "0_graph_rewritten.txt", lambda: f"{graph_note}\n{kg.describe()}")
 
     low = lower(kg, vector_math=schedule == "poly")
     dump(low.name, "1_te.py", low.func.script)

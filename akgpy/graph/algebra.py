@@ -29,6 +29,7 @@ def share_exp(g: Graph) -> tuple[Graph, str] | None:
     """(g with each exp(-x) taken from an exp(-|x|) of the same x, a line saying how many),
     or None when g has no such pair."""
     producer = {o: op for op in g.ops for o in op.outputs}
+    readers = _readers(g)
 
     def negated(t: str) -> str | None:  # x where t = Neg(x)
         op = producer.get(t)
@@ -45,9 +46,9 @@ def share_exp(g: Graph) -> tuple[Graph, str] | None:
         a = exp_arg(op)
         p = producer.get(a) if a is not None else None
         if p is not None and p.name == "Abs" and g.tensors[p.inputs[0]].shape == g.tensors[a].shape:
-            if not _reduced(g, op.outputs[0]):
+            if not _reduced(readers, op.outputs[0]):
                 of_abs.setdefault(p.inputs[0], op.outputs[0])
-        elif a in of_abs and g.tensors[a].shape == g.tensors[op.outputs[0]].shape and _sigmoid_only(g, op.outputs[0]):
+        elif a in of_abs and g.tensors[a].shape == g.tensors[op.outputs[0]].shape and _sigmoid_only(g, readers, op.outputs[0]):
             shared[op.outputs[0]] = (a, of_abs[a])
     if not shared:
         return None
@@ -81,12 +82,11 @@ def share_exp(g: Graph) -> tuple[Graph, str] | None:
                  "select(x >= 0, e, 1 / e)")
 
 
-def _reduced(g: Graph, name: str) -> bool:
+def _reduced(readers: dict[str, list[Op]], name: str) -> bool:
     """Does a reduction consume `name`, directly or through other ops? Then the schedule computes
     it in that reduction's loop nest, which exp(-x)'s elementwise consumers do not share, and
     they would compute exp(-|x|) and a division where they had exp(-x) (yolo's `~3153` and its
     two siblings: 0.97-1.11x)."""
-    readers = _readers(g)
     seen, todo = set(), [name]
     while todo:
         t = todo.pop()
@@ -100,6 +100,7 @@ def _reduced(g: Graph, name: str) -> bool:
 
 
 def _readers(g: Graph) -> dict[str, list[Op]]:
+    """tensor -> the ops reading it."""
     out: dict[str, list[Op]] = {}
     for op in g.ops:
         for t in op.inputs:
@@ -107,12 +108,12 @@ def _readers(g: Graph) -> dict[str, list[Op]]:
     return out
 
 
-def _sigmoid_only(g: Graph, f: str) -> bool:
+def _sigmoid_only(g: Graph, readers: dict[str, list[Op]], f: str) -> bool:
     """Is exp(-x) `f` used only as a sigmoid's c / (f + k), k >= 0? 1 / e is inf where e is
     subnormal (te/fastmath.py's exp flushes results below 2^-126 to 0: x < -87.3, where exp(-x)
     is still finite up to x = -88.7); there c / (f + k) is 0 where it was below 1e-37, well
     inside any tolerance, while f itself would be inf where a finite value was due."""
-    readers, outputs = _readers(g), set(g.outputs)
+    outputs = set(g.outputs)
 
     def positive_const(t: str) -> bool:
         c = g.tensors[t]

@@ -95,3 +95,21 @@ def test_run_fenced_fences_every_kernel_of_a_model(monkeypatch):
     assert len(fenced) == sum(len(k.params) for k in kernels)
     assert all(k.unchecked is e for k, e in zip(kernels, entries))
     assert all(np.allclose(a, w, rtol=1e-4, atol=1e-4) for a, w in zip(got, run(g, arrays)))
+
+
+def test_check_program_shows_elements_a_kernel_leaves_unwritten():
+    """relu(x - 2) is all zeros on the test inputs ([0.5, 1.5)), which is what fresh memory
+    holds: a kernel writing nothing passed a check of one call. check_program poisons the
+    first call's outputs and checks the second's, which get the same buffers."""
+    import akgpy
+    from akgpy import GraphBuilder
+    from akgpy.testing import check_program
+
+    b = GraphBuilder("relu_shift")
+    b.output(b.relu(b.input("x", (64, 128)) - 2.0))
+    g = b.build()
+    prog = akgpy.fuse(g)
+    assert not check_program(g, prog)
+    prog._plans = [(lambda *args: None, plan) for _, plan in prog._plans]  # a kernel that writes nothing
+    bad = check_program(g, prog)
+    assert bad and bad[0].bad == 64 * 128, bad

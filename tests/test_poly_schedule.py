@@ -515,6 +515,27 @@ def test_contraction_epilogue_runs_inside_the_tile_loop(reshaped):
     assert not check_program(g, prog)
 
 
+@pytest.mark.parametrize("schedule", ["poly", "plain"])
+@pytest.mark.parametrize("head,tail", [([0, 0], [1, 0]), ([0, 0], [3, 5]), ([2, 0], [1, 0]), ([0, 1], [0, 0])])
+def test_padding_a_contraction_writes_every_row_and_column(schedule, head, tail):
+    """A PadAkg of a MatMul's result has points that read no element of it. Run inside the
+    MatMul's tile loop (reverse_compute_at covers what each tile produced), its tail rows and
+    columns were never written: found by the fuzzer as NaN where 0 was due (fuzz seed 45,
+    [32, 80] @ [80, 26] padded to [33, 26]). An UnPadAkg beside it (fewer points than the
+    tile: guarded) still runs under the tile loop."""
+    b = GraphBuilder("mm_pad")
+    x = b.input("x", (32, 80))
+    w = b.input("w", (80, 26))
+    y = b.matmul(x, w)
+    shape = (32 + head[0] + tail[0], 26 + head[1] + tail[1])
+    b.output(b.op("PadAkg", [y], shape, "float32", head=head, tail=tail, pad_val=0))
+    b.output(b.op("UnPadAkg", [y], (15, 16), "float32", tail=[17, 10]))
+    g = b.build()
+    prog = akgpy.fuse(g, schedule=schedule)
+    assert not check_program(g, prog)
+    assert not check_program(g, prog, seed=1)
+
+
 def _asm_counts(prog) -> tuple[int, int]:
     """(packed float instructions, lane inserts: the scalar loads of a gathered vector)."""
     asm = "\n".join(k._executable.mod.inspect_source("s") for k in prog.kernels)

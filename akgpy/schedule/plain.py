@@ -208,14 +208,21 @@ def plain_schedule(low: Lowered, cfg: ScheduleConfig | None = None):
 
 
 def _reads_tile_directly(blk, region) -> bool:
-    """Every index of the read is one of the block's iterators or a constant: the consumer's
-    region for one tile of the producer is then exactly a box."""
-    ivars = [iv.var for iv in blk.iter_vars]
-    for rng in region.region:
+    """Every index of the read is one of the block's iterators or a constant, and no iterator
+    runs past the producer's extent: the consumer's region for one tile of the producer is then
+    exactly a box, and the tiles cover every point of the consumer. A PadAkg's tail rows read
+    no element of the producer, so reverse_compute_at, which iterates the consumer over the
+    region each tile produced, would never write them."""
+    extents = {iv.var: iv.dom.extent for iv in blk.iter_vars}
+    for rng, dim in zip(region.region, region.source.shape):
         lo = rng.min
         if int(getattr(rng.extent, "value", 0)) != 1:
             return False
-        if not (hasattr(lo, "value") or any(lo.same_as(v) for v in ivars)):
+        if hasattr(lo, "value"):
+            continue
+        v = next((v for v in extents if lo.same_as(v)), None)
+        ext, size = getattr(extents.get(v), "value", None), getattr(dim, "value", None)
+        if ext is None or size is None or int(ext) > int(size):
             return False
     return True
 

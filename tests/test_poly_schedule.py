@@ -515,6 +515,25 @@ def test_contraction_epilogue_runs_inside_the_tile_loop(reshaped):
     assert not check_program(g, prog)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_contraction_tile_accumulates_in_registers(dtype):
+    """The register tile accumulates in a local buffer over the whole reduction, in loops of
+    one register's lanes, and is stored once: accumulated in the result itself, each step of
+    the reduction loaded and stored the tile (bound by one store a cycle), and TVM had refused
+    to vectorise the update (no init left in its block), so LLVM got scalar code to widen."""
+    b = GraphBuilder("mm_tile")
+    x = b.input("x", (96, 64), dtype)
+    w = b.input("w", (64, 48), dtype)
+    b.output(b.matmul(x, w))
+    g = b.build()
+    prog = akgpy.fuse(g, config=default_config().replace(vector_bytes=32))
+    tir = prog.kernels[0].tir
+    update = tir[tir.index("for k in range(64)"):]
+    update = update[:update.index('T.sblock("', update.index('T.sblock("') + 1)]
+    assert 'scope="local"' in tir and "T.vectorized(8)" in update and "_local[" in update, tir
+    assert not check_program(g, prog)
+
+
 @pytest.mark.parametrize("schedule", ["poly", "plain"])
 @pytest.mark.parametrize("head,tail", [([0, 0], [1, 0]), ([0, 0], [3, 5]), ([2, 0], [1, 0]), ([0, 1], [0, 0])])
 def test_padding_a_contraction_writes_every_row_and_column(schedule, head, tail):

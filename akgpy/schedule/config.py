@@ -15,8 +15,8 @@ from ..errors import CompileError
 @dataclass(frozen=True)
 class ScheduleConfig:
     vector_bytes: int = 64  # width of one vector register: lanes = vector_bytes // element size
-    tile_i: int = 8  # contraction register tile: rows
-    tile_j_vectors: int = 2  # contraction register tile: columns, in vectors
+    tile_i: int = 8  # contraction register tile: the most rows (schedule/plain.register_tile)
+    tile_j_vectors: int = 3  # contraction register tile: the most columns, in vectors
     min_parallel: int = 2  # a fused outer loop shorter than this runs serially
     parallel: bool = True  # use the thread pool at all
     unroll: bool = True  # unroll the contraction's row tile

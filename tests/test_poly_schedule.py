@@ -534,6 +534,34 @@ def test_contraction_tile_accumulates_in_registers(dtype):
     assert not check_program(g, prog)
 
 
+def test_register_tile_fits_the_vector_registers_for_float32_operands():
+    """float32 operands: the most accumulators that fit with B's vectors and A's broadcast
+    (16 registers to AVX2, 32 with AVX-512), then the most rows; float16 operands keep 8 x 2;
+    the config's bounds hold. And in the machine code of a float32 GEMM's reduction loop no
+    accumulator is reloaded from the stack (with 8 x 2 LLVM reloaded and stored 3 a step)."""
+    from akgpy.schedule.plain import register_tile
+    avx2, avx512 = default_config().replace(vector_bytes=32), default_config().replace(vector_bytes=64)
+    assert register_tile(768, 768, 8, avx2, False) == (6, 16)
+    assert register_tile(2048, 3072, 8, avx2, False) == (4, 24)
+    assert register_tile(2048, 3072, 8, avx2, True) == (8, 16)
+    assert register_tile(2048, 3072, 16, avx512, False) == (8, 48)
+    assert register_tile(768, 768, 8, avx2.replace(tile_i=2, tile_j_vectors=1), False) == (2, 8)
+    assert register_tile(32, 26, 8, avx2, False) == (8, 13)  # no whole vectors: largest divisors
+    b = GraphBuilder("mm_spill")
+    x = b.input("x", (96, 256))
+    w = b.input("w", (256, 96))
+    b.output(b.matmul(x, w))
+    g = b.build()
+    prog = akgpy.fuse(g, config=avx2)
+    asm = prog.kernels[0]._executable.mod.inspect_source("s").splitlines()
+    labels = {m.group(1): i for i, ln in enumerate(asm) if (m := re.match(r"^(\.?\w+):", ln))}
+    loops = [asm[labels[m.group(1)]:i + 1] for i, ln in enumerate(asm)
+             if (m := re.match(r"\s+j\w+\s+(\.?\w+)", ln)) and labels.get(m.group(1), i) < i]
+    inner = min((body for body in loops if any("vfmadd" in ln for ln in body)), key=len)
+    assert sum("vfmadd" in ln for ln in inner) >= 12 and not any("(%rsp)" in ln for ln in inner), "\n".join(inner)
+    assert not check_program(g, prog)
+
+
 @pytest.mark.parametrize("schedule", ["poly", "plain"])
 @pytest.mark.parametrize("head,tail", [([0, 0], [1, 0]), ([0, 0], [3, 5]), ([2, 0], [1, 0]), ([0, 1], [0, 0])])
 def test_padding_a_contraction_writes_every_row_and_column(schedule, head, tail):

@@ -176,8 +176,10 @@ def compare(g: Graph, got: Sequence[np.ndarray], inputs_after: Sequence[np.ndarr
 
 def poison(arrays: Sequence[np.ndarray]) -> None:
     """Fill arrays with values no correct kernel leaves behind: NaN for floats, 0x5A bytes for
-    ints, True for bools."""
+    ints, True for bools; read-only arrays are left as they are."""
     for a in arrays:
+        if not a.flags.writeable:
+            continue
         if a.dtype.kind in "fc":
             a.fill(np.nan)
         elif a.dtype.kind == "b":

@@ -553,6 +553,7 @@ def test_register_tile_fits_the_vector_registers_for_float32_operands():
     b.output(b.matmul(x, w))
     g = b.build()
     prog = akgpy.fuse(g, config=avx2)
+    assert "MatMul_0: register tile 6 rows x 16 columns" in prog.explain()
     asm = prog.kernels[0]._executable.mod.inspect_source("s").splitlines()
     labels = {m.group(1): i for i, ln in enumerate(asm) if (m := re.match(r"^(\.?\w+):", ln))}
     loops = [asm[labels[m.group(1)]:i + 1] for i, ln in enumerate(asm)

@@ -189,7 +189,7 @@ def register_tile(rows: int, cols: int, lanes: int, cfg: ScheduleConfig, narrow:
     return best
 
 
-def _contraction(sch, block, cfg: ScheduleConfig) -> None:
+def _contraction(sch, block, cfg: ScheduleConfig, notes: list | None = None):
     blk = sch.get(block)
     kinds = [int(iv.iter_type) for iv in blk.iter_vars]
     loops = sch.get_loops(block)
@@ -203,6 +203,10 @@ def _contraction(sch, block, cfg: ScheduleConfig) -> None:
     out = blk.writes[0].source
     narrow = any(tvm_dtype_bits(r.source.dtype) < 32 for r in blk.reads if not r.source.same_as(out))
     ti, tj = register_tile(_extent(sch, li), _extent(sch, lj), lanes, cfg, narrow)
+    if notes is not None:
+        notes.append(f"{blk.name_hint}: register tile {ti} rows x {tj} columns"
+                     f" ({'narrow operands: the wide tile' if narrow else 'fits the vector registers'}),"
+                     " accumulated in registers over the whole reduction")
     io, ii = sch.split(li, [None, ti])
     jo, jv, jl = sch.split(lj, [None, tj // lanes, lanes]) if tj % lanes == 0 else (*sch.split(lj, [None, 1, tj]),)
     sch.reorder(*outer, jo, io, *reduce, ii, jv, jl)
@@ -236,7 +240,8 @@ def _contraction(sch, block, cfg: ScheduleConfig) -> None:
     return par  # the tile loop: plain_schedule computes the epilogue under it
 
 
-def plain_schedule(low: Lowered, cfg: ScheduleConfig | None = None):
+def plain_schedule(low: Lowered, cfg: ScheduleConfig | None = None, notes: list | None = None):
+    """The schedule; `notes`, when given, receives a line per contraction naming its tile."""
     cfg = cfg or default_config()
     sch = s_tir.Schedule(low.func)
     tiles = {}  # contraction output buffer -> its parallel tile loop (epilogues go under it)
@@ -245,7 +250,7 @@ def plain_schedule(low: Lowered, cfg: ScheduleConfig | None = None):
         role = low.roles.get(name, "elemwise")
         if role == "contract":
             out = sch.get(b).writes[0].source.name
-            tile = _try(_contraction, sch, b, cfg)
+            tile = _try(_contraction, sch, b, cfg, notes)
             if tile is not None:
                 tiles[out] = tile
         elif role == "reduce":

@@ -54,10 +54,11 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
         return plain_schedule(relower() if relower else low, cfg).mod, "\n".join(report)
 
     if any(r == "contract" for r in low.roles.values()):
-        return plain_schedule(low, cfg).mod, (
+        tiles: list[str] = []
+        mod = plain_schedule(low, cfg, tiles).mod
+        return mod, "\n".join([
             "schedule path: poly/template: a contraction (MatMul/Conv2D) runs the register-tiled "
-            f"template (tile {cfg.tile_i} rows x {cfg.tile_j_vectors} vectors, packed operand, "
-            "parallel tiles, epilogue blocks vectorised)")
+            "template (parallel tiles, epilogue blocks vectorised inside the tile loop)", *tiles])
     t0 = time.perf_counter()
     try:
         func, inlined, rfactored, model, deps, tree = _isl_schedule(low, cfg, timeout_s, report)

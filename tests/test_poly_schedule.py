@@ -563,6 +563,30 @@ def test_register_tile_fits_the_vector_registers_for_float32_operands():
     assert not check_program(g, prog)
 
 
+@pytest.mark.parametrize("transpose_b,rows", [(False, 256), (True, 256), (False, 64)])
+def test_long_rows_of_b_are_packed_into_panels(transpose_b, rows):
+    """B with long rows, read by 128 rows of A or more, is laid out as [N / tile, K, tile]
+    panels before the tiles run (a kernel input copied, a transposed B written so directly),
+    and the result is unchanged (with a ReLU epilogue in the tile loop); 64 rows of A read B
+    in place."""
+    b = GraphBuilder("mm_panels")
+    x = b.input("x", (rows, 96))
+    w = b.input("w", (512, 96) if transpose_b else (96, 512))
+    b.output(b.relu(b.matmul(x, w, transpose_b=transpose_b)))
+    g = b.build()
+    prog = akgpy.fuse(g, config=default_config().replace(vector_bytes=32))
+    tir = prog.kernels[0].tir
+    panels = re.findall(r"(\w+) = T.sblock_alloc_buffer\(\((\d+), 96, (\d+)\)", tir)
+    if rows >= 128:
+        assert len(panels) == 1 and int(panels[0][1]) * int(panels[0][2]) == 512, tir
+        assert panels[0][0].endswith("_packB" if transpose_b else "_global"), panels
+        assert "B packed into panels" in prog.explain()
+    else:
+        assert not panels, tir
+    assert not check_program(g, prog)
+    assert not check_program(g, prog, seed=1)
+
+
 @pytest.mark.parametrize("schedule", ["poly", "plain"])
 @pytest.mark.parametrize("head,tail", [([0, 0], [1, 0]), ([0, 0], [3, 5]), ([2, 0], [1, 0]), ([0, 1], [0, 0])])
 def test_padding_a_contraction_writes_every_row_and_column(schedule, head, tail):

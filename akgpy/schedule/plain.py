@@ -252,10 +252,6 @@ def _contraction(sch, block, cfg: ScheduleConfig, notes: list | None = None):
                      f" ({'narrow operands: the wide tile' if narrow else 'fits the vector registers'}),"
                      " accumulated in registers over the whole reduction"
                      + (f"; B packed into panels of {tj} columns" if packed else ""))
-    if packed:
-        loops = sch.get_loops(block)
-        *_, li, lj = [l for l, k in zip(loops, kinds) if k == 0]
-        reduce = [l for l, k in zip(loops, kinds) if k != 0]
     io, ii = sch.split(li, [None, ti])
     jo, jv, jl = sch.split(lj, [None, tj // lanes, lanes]) if tj % lanes == 0 else (*sch.split(lj, [None, 1, tj]),)
     sch.reorder(*outer, jo, io, *reduce, ii, jv, jl)

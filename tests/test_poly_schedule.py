@@ -517,10 +517,11 @@ def test_contraction_epilogue_runs_inside_the_tile_loop(reshaped):
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_contraction_tile_accumulates_in_registers(dtype):
-    """The register tile accumulates in a local buffer over the whole reduction, in loops of
-    one register's lanes, and is stored once: accumulated in the result itself, each step of
+    """The register tile accumulates in a buffer of its own over the whole reduction, in loops
+    of one register's lanes, and is stored once: accumulated in the result itself, each step of
     the reduction loaded and stored the tile (bound by one store a cycle), and TVM had refused
-    to vectorise the update (no init left in its block), so LLVM got scalar code to widen."""
+    to vectorise the update (no init left in its block), so LLVM got scalar code to widen. The
+    buffer is on the stack (a "local" one was a workspace allocation, a call, per tile)."""
     b = GraphBuilder("mm_tile")
     x = b.input("x", (96, 64), dtype)
     w = b.input("w", (64, 48), dtype)
@@ -528,9 +529,11 @@ def test_contraction_tile_accumulates_in_registers(dtype):
     g = b.build()
     prog = akgpy.fuse(g, config=default_config().replace(vector_bytes=32))
     tir = prog.kernels[0].tir
-    update = tir[tir.index("for k in range(64)"):]
-    update = update[:update.index('T.sblock("', update.index('T.sblock("') + 1)]
-    assert 'scope="local"' in tir and "T.vectorized(8)" in update and "_local[" in update, tir
+    update = tir[tir.index("for k"):]
+    update = update[:update.index('T.sblock("', update.index('T.sblock("MatMul_0_update")') + 1)]
+    assert "T.vectorized(8)" in update and "MatMul_0_global[v_i0, v_i1] = MatMul_0_global[v_i0, v_i1] +" in update, tir
+    heap = re.findall(r"%(\w+) = tail call ptr %\d+\(i32 1, ", prog.kernels[0]._executable.mod.inspect_source("ll"))
+    assert not [n for n in heap if n.startswith("MatMul_0_global")], heap
     assert not check_program(g, prog)
 
 
@@ -547,6 +550,9 @@ def test_register_tile_fits_the_vector_registers_for_float32_operands():
     assert register_tile(2048, 3072, 16, avx512, False) == (8, 48)
     assert register_tile(768, 768, 8, avx2.replace(tile_i=2, tile_j_vectors=1), False) == (2, 8)
     assert register_tile(32, 26, 8, avx2, False) == (8, 13)  # no whole vectors: largest divisors
+    # A widened per tile: as many accumulators, the most columns (A is converted once per column tile)
+    assert register_tile(1024, 32, 8, avx2, False) == (8, 8)
+    assert register_tile(1024, 32, 8, avx2, False, widened=True) == (4, 16)
     b = GraphBuilder("mm_spill")
     x = b.input("x", (96, 256))
     w = b.input("w", (256, 96))
@@ -561,6 +567,41 @@ def test_register_tile_fits_the_vector_registers_for_float32_operands():
     inner = min((body for body in loops if any("vfmadd" in ln for ln in body)), key=len)
     assert sum("vfmadd" in ln for ln in inner) >= 12 and not any("(%rsp)" in ln for ln in inner), "\n".join(inner)
     assert not check_program(g, prog)
+
+
+@pytest.mark.parametrize("case", ["matmul", "transpose_a", "transpose_b", "batched", "conv"])
+def test_float16_a_is_converted_per_tile_not_per_multiply_add(case):
+    """A float16 A is converted to float32 inside each tile, for its rows and a chunk of the
+    reduction small enough to stay on the stack, so the tile's multiply-adds read float32:
+    read through a conversion, each of them waited on vcvtph2ps (one a cycle on Zen 3). The
+    result is unchanged, and no workspace allocation (a call) runs per tile."""
+    b = GraphBuilder("mm_widen")
+    if case == "conv":
+        x = b.input("x", (2, 10, 10, 64), "float16")
+        w = b.input("w", (32, 3, 3, 64), "float16")
+        b.output(b.relu(b.op("Conv2D", [x, w], (2, 8, 8, 32), "float16", stride=[1, 1, 1, 1])))
+        stage, chunk = "Conv2D_0_widenX", None
+    else:
+        batch = (3,) if case == "batched" else ()
+        x = b.input("x", (*batch, 512, 64) if case == "transpose_a" else (*batch, 64, 512), "float16")
+        w = b.input("w", (*batch, 48, 512) if case == "transpose_b" else (*batch, 512, 48), "float16")
+        b.output(b.matmul(x, w, transpose_a=case == "transpose_a", transpose_b=case == "transpose_b"))
+        stage, chunk = "MatMul_0_widenA", "k_0 in range("
+    g = b.build()
+    prog = akgpy.fuse(g, config=default_config().replace(vector_bytes=32))
+    tir = prog.kernels[0].tir
+    assert "A converted to float32 per tile" in prog.explain()
+    widen = tir.index(f'T.sblock("{stage}")')
+    assert tir.index("T.parallel") < widen, tir  # inside the tile loop, not a pass before it
+    update = tir[tir.index('_update")'):]
+    update = update[:update.index("T.sblock(", 1)]
+    assert f"{stage}[" in update and 'T.Cast("float32", x[' not in update, update
+    if chunk:
+        assert chunk in tir, tir
+    heap = re.findall(r"%(\w+) = tail call ptr %\d+\(i32 1, ", prog.kernels[0]._executable.mod.inspect_source("ll"))
+    assert not [n for n in heap if "widen" in n or n.endswith("_global")], heap  # per tile: stack
+    assert not check_program(g, prog)
+    assert not check_program(g, prog, seed=1)
 
 
 @pytest.mark.parametrize("transpose_b,rows", [(False, 256), (True, 256), (False, 64)])
@@ -585,6 +626,25 @@ def test_long_rows_of_b_are_packed_into_panels(transpose_b, rows):
         assert not panels, tir
     assert not check_program(g, prog)
     assert not check_program(g, prog, seed=1)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize("k", [4096, 1024])
+def test_b_past_the_tlb_reach_is_packed_for_few_rows(k, dtype):
+    """A B of 8 MiB or more (past the L2 TLB's reach: in place, each step of the reduction reads
+    a row a page further on) that fits the last-level cache is packed into panels even for 32
+    rows of A; a smaller one, or one past the LLC (the copy would triple the memory traffic), is
+    read in place."""
+    b = GraphBuilder("mm_gemv")
+    x = b.input("x", (32, k), dtype)
+    w = b.input("w", (k, 1024), dtype)
+    b.output(b.matmul(x, w))
+    g = b.build()
+    size = k * 1024 * (2 if dtype == "float16" else 4)
+    for llc in (64 << 20, 8 << 20):
+        prog = akgpy.fuse(g, config=default_config().replace(vector_bytes=32, llc_bytes=llc))
+        assert ("B packed into panels" in prog.explain()) == (8 << 20 <= size <= llc), (size, llc)
+    assert not check_program(g, prog)
 
 
 @pytest.mark.parametrize("schedule", ["poly", "plain"])

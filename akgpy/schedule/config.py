@@ -27,6 +27,10 @@ class ScheduleConfig:
     # per-core L2 size: a transpose's producer runs in blocks whose intermediate fits half of it
     # (tree.py, _transpose_block). default_config: the host's, from sysfs
     l2_bytes: int = 512 * 1024
+    # last-level cache size: a contraction's B up to this size, read by few rows of A, is packed
+    # into panels where it outgrows the TLB's reach (schedule/plain._pack_panels). default_config:
+    # the host's, from sysfs
+    llc_bytes: int = 32 << 20
     stride1_innermost: bool = True  # move the dim walking the largest array with stride 1 innermost
     fusion_depth: int = 8  # most isl band members kept as loops shared by fused statements; 0 = none
     input_fusion: bool = True  # isl's proximity includes two statements reading one input element
@@ -75,7 +79,7 @@ class ScheduleConfig:
     collapse_dims: bool = True
 
     def __post_init__(self):
-        for f in ("vector_bytes", "tile_i", "tile_j_vectors", "min_parallel", "l1_bytes", "l2_bytes",
+        for f in ("vector_bytes", "tile_i", "tile_j_vectors", "min_parallel", "l1_bytes", "l2_bytes", "llc_bytes",
                   "min_parallel_work",
                   "chain_registers", "math_registers", "sum_math_registers"):
             v = getattr(self, f)
@@ -193,6 +197,6 @@ def default_config(target=None) -> ScheduleConfig:
     llc, mcpu = host_llc_bytes()[0], _mcpu(tgt)
     return ScheduleConfig(vector_bytes=vector_bytes, stream_min_bytes=2 * llc,
                           stream_read_heavy_min_bytes=STREAM_READ_HEAVY_LLCS_BY_CPU.get(mcpu, 0) * llc,
-                          l2_bytes=host_l2_bytes(), narrow_transpose_bytes=_narrow_transpose_bytes(tgt),
+                          l2_bytes=host_l2_bytes(), llc_bytes=llc, narrow_transpose_bytes=_narrow_transpose_bytes(tgt),
                           prefetch_bytes=PREFETCH_BYTES, chain_registers=chains,
                           **STREAM_POLICY_BY_CPU.get(mcpu, {}))

@@ -30,6 +30,15 @@ def _try(fn, *args, **kw):
         return None
 
 
+def _done(fn, *args, **kw) -> bool:
+    """Whether a primitive succeeded (TVM's return None on success, so `_try` cannot say)."""
+    try:
+        fn(*args, **kw)
+        return True
+    except (s_tir.ScheduleError, ValueError, RuntimeError):
+        return False
+
+
 def _parallel(sch, loop, cfg: ScheduleConfig) -> None:
     if cfg.parallel and _extent(sch, loop) >= cfg.min_parallel:
         _try(sch.parallel, loop)
@@ -159,14 +168,16 @@ def _reduction(sch, block, cfg: ScheduleConfig) -> None:
         _parallel(sch, fused, cfg)
 
 
-# Vectors of a narrow-operand (float16) tile: every load of A or B is a conversion there, and
-# the wide 8 x 2 tile that spills 3 registers beat the 12-accumulator tiles that fit (52
-# float16 corpus MatMul/Conv2D graphs, kernel alone, interleaved: 1.04x geomean slower with
-# the float32 rule, up to 1.48x)
+# Vectors of a narrow-operand (float16) tile read through conversions (A not widened, or a
+# float32 A with a float16 B): every load of A or B is a conversion there, and the wide 8 x 2
+# tile that spills 3 registers beat the 12-accumulator tiles that fit (52 float16 corpus
+# MatMul/Conv2D graphs, kernel alone, interleaved, before A was widened: 1.04x geomean slower
+# with the float32 rule, up to 1.48x)
 NARROW_TILE_VECTORS = 2
 
 
-def register_tile(rows: int, cols: int, lanes: int, cfg: ScheduleConfig, narrow: bool) -> tuple[int, int]:
+def register_tile(rows: int, cols: int, lanes: int, cfg: ScheduleConfig, narrow: bool,
+                  widened: bool = False) -> tuple[int, int]:
     """(rows, columns) of the contraction's register tile, divisors of the two extents (no
     tail). 32-bit operands: at most `cfg.tile_i` rows and `cfg.tile_j_vectors` vectors whose
     accumulators, one vector of each column block of B and A's broadcast element fit the
@@ -175,8 +186,11 @@ def register_tile(rows: int, cols: int, lanes: int, cfg: ScheduleConfig, narrow:
     all before needs 19 registers, and LLVM then reloaded and stored the spilled accumulators
     at every step (float32, 2 threads, Zen 3, GFLOPS of 8 x 2 -> this rule: 128 x 768 x 768
     80 -> 114, 768^3 88 -> 147, [2048, 768] x [768, 3072] 84 -> 94; 128 x 3072 x 768 78 -> 70).
-    Narrow operands, and columns that are no multiple of the lanes: the largest divisors up to
-    `cfg.tile_i` rows and NARROW_TILE_VECTORS (or `tile_j_vectors`, if fewer) vectors."""
+    `widened`: A is converted per tile (`_widen_a`), once for each tile of columns, so among
+    tiles of as many accumulators the most columns (yolo's [1384448, 64] x [64, 32], float16:
+    4 x 16 instead of 8 x 8, 96 -> 52 ms). Narrow operands read through conversions, and
+    columns that are no multiple of the lanes: the largest divisors up to `cfg.tile_i` rows
+    and NARROW_TILE_VECTORS (or `tile_j_vectors`, if fewer) vectors."""
     if narrow or cols % lanes:
         return (largest_divisor(rows, cfg.tile_i),
                 largest_divisor(cols, lanes * min(cfg.tile_j_vectors, NARROW_TILE_VECTORS)))
@@ -184,8 +198,9 @@ def register_tile(rows: int, cols: int, lanes: int, cfg: ScheduleConfig, narrow:
     best, key = (1, lanes), (0, 0)
     for tv in range(1, cfg.tile_j_vectors + 1):
         for ti in range(1, cfg.tile_i + 1):
-            if rows % ti == 0 and (cols // lanes) % tv == 0 and ti * tv + tv + 1 <= regs and (ti * tv, ti) > key:
-                best, key = (ti, tv * lanes), (ti * tv, ti)
+            k = (ti * tv, tv if widened else ti)
+            if rows % ti == 0 and (cols // lanes) % tv == 0 and ti * tv + tv + 1 <= regs and k > key:
+                best, key = (ti, tv * lanes), k
     return best
 
 
@@ -193,6 +208,15 @@ def register_tile(rows: int, cols: int, lanes: int, cfg: ScheduleConfig, narrow:
 # [64, 512] x [512, 1000] product ran 1.37x slower packed) and rows of B this long (a float16
 # B with rows of 256 bytes, read by 100352 rows of A, ran 1.30x slower packed)
 PACK_MIN_ROWS = 128
+# ... and a B larger than the L2 TLB's reach (Zen 3: 2048 pages of 4 KiB) that still fits the
+# last-level cache, read by PACK_TLB_MIN_ROWS rows or more: in place, every step of the
+# reduction reads the next row of B, a page further on, and misses the TLB; packed, its panels
+# stream. Kernel alone, interleaved, 2 threads, Zen 3: float16, 32-64 rows of A, B of 8 and 32
+# MiB 0.49-0.76x; 72 MiB (past the 32 MiB LLC: every call reads it from memory, and the copy
+# triples that) 1.37-1.44x slower; 4.7 MiB 1.63x slower, 2.3 MiB 1.22x, 1.2 MiB 2.8x. float32,
+# 32-96 rows, 16 MiB: 0.75-0.92x; 16 rows 1.16x slower
+PACK_TLB_BYTES = 8 << 20
+PACK_TLB_MIN_ROWS = 32
 PACK_MIN_ROW_BYTES = 1024
 
 
@@ -217,7 +241,9 @@ def _pack_panels(sch, block, out, rows: int, ti: int, tj: int, cfg: ScheduleConf
         return False
     k, n = (int(d) for d in b.shape)
     row_bytes = n * tvm_dtype_bits(b.dtype) // 8
-    if n % tj or rows < PACK_MIN_ROWS or row_bytes < PACK_MIN_ROW_BYTES or k * row_bytes <= cfg.l1_bytes:
+    size = k * row_bytes
+    past_tlb = PACK_TLB_BYTES <= size <= cfg.llc_bytes and rows >= PACK_TLB_MIN_ROWS
+    if n % tj or (rows < PACK_MIN_ROWS and not past_tlb) or row_bytes < PACK_MIN_ROW_BYTES or size <= cfg.l1_bytes:
         return False
     root = sch.get(sch.get_sblock("root"))
     copy = None
@@ -232,35 +258,78 @@ def _pack_panels(sch, block, out, rows: int, ti: int, tj: int, cfg: ScheduleConf
     return True
 
 
-def _contraction(sch, block, cfg: ScheduleConfig, notes: list | None = None):
+# TVM's kMaxStackAlloca: a smaller buffer of a parallel tile lives on the stack; one as large
+# or larger is a workspace allocation, a call at every entry of the loop that holds it
+STACK_BYTES = 1024
+
+
+def _widen_stage(sch, block, out, roles: dict):
+    """The block converting A to float32 ahead of the contraction (te/builders._widened), or None."""
+    reads = [r.source for r in sch.get(block).reads if not r.source.same_as(out)]
+    stage = next((p for p in sch.get_producers(block) if reads and sch.get(p).writes[0].source.same_as(reads[0])), None)
+    return stage if stage is not None and roles.get(sch.get(stage).name_hint) == "widen" else None
+
+
+def _widen_a(sch, stage, tile, reduce: list, ti: int, cfg: ScheduleConfig) -> tuple[list, bool]:
+    """A float16 A, read through a conversion, made every multiply-add of the tile wait on
+    vcvtph2ps (one a cycle on Zen 3, against two FMAs). Its widening stage runs inside the
+    tile instead, for the tile's rows and a chunk of the innermost reduction loop small enough
+    to stay on the stack (under STACK_BYTES), 8 lanes a conversion; the tile's multiply-adds then
+    read float32. Returns the reduction loops after the chunking, and whether A is widened
+    so (False: the conversion is inlined back into the multiply-adds)."""
+    at = reduce[-2] if len(reduce) > 1 else tile
+    ext = _extent(sch, reduce[-1])
+    kc = largest_divisor(ext, max((STACK_BYTES - 1) // (4 * ti), 1))
+    if 8 <= kc < ext:
+        at, inner = sch.split(reduce[-1], [None, kc])
+        reduce = [*reduce[:-1], at, inner]
+    if _done(sch.compute_at, stage, at, preserve_unit_loops=True):
+        vectorize_innermost(sch, stage, cfg)
+        return reduce, True
+    sch.compute_inline(stage)
+    return reduce, False
+
+
+def _contraction(sch, block, cfg: ScheduleConfig, notes: list | None = None, roles: dict | None = None):
     blk = sch.get(block)
+    out = blk.writes[0].source
+    widen = _widen_stage(sch, block, out, roles or {})
     kinds = [int(iv.iter_type) for iv in blk.iter_vars]
     loops = sch.get_loops(block)
     if len(loops) != len(kinds) or kinds.count(0) < 2:
+        if widen is not None:
+            sch.compute_inline(widen)
         _reduction(sch, block, cfg)
         return None
     spatial = [l for l, k in zip(loops, kinds) if k == 0]
     reduce = [l for l, k in zip(loops, kinds) if k != 0]
     lanes = max(cfg.vector_bytes // 4, 1)  # accumulators are 32-bit
     *outer, li, lj = spatial
-    out = blk.writes[0].source
-    narrow = any(tvm_dtype_bits(r.source.dtype) < 32 for r in blk.reads if not r.source.same_as(out))
-    ti, tj = register_tile(_extent(sch, li), _extent(sch, lj), lanes, cfg, narrow)
-    packed = not outer and tj % lanes == 0 and _pack_panels(sch, block, out, _extent(sch, li), ti, tj, cfg)
-    if notes is not None:
-        notes.append(f"{blk.name_hint}: register tile {ti} rows x {tj} columns"
-                     f" ({'narrow operands: the wide tile' if narrow else 'fits the vector registers'}),"
-                     " accumulated in registers over the whole reduction"
-                     + (f"; B packed into panels of {tj} columns" if packed else ""))
+    rows = _extent(sch, li)
+    narrow = widen is None and any(tvm_dtype_bits(r.source.dtype) < 32 for r in blk.reads if not r.source.same_as(out))
+    ti, tj = register_tile(rows, _extent(sch, lj), lanes, cfg, narrow, widened=widen is not None)
+    packed = not outer and tj % lanes == 0 and _pack_panels(sch, block, out, rows, ti, tj, cfg)
     io, ii = sch.split(li, [None, ti])
     jo, jv, jl = sch.split(lj, [None, tj // lanes, lanes]) if tj % lanes == 0 else (*sch.split(lj, [None, 1, tj]),)
     sch.reorder(*outer, jo, io, *reduce, ii, jv, jl)
     par = sch.fuse(*outer, jo, io)
     _parallel(sch, par, cfg)
-    # The tile accumulates in a local buffer that LLVM keeps in registers; accumulated in the
-    # output itself, every step of the reduction loaded and stored the whole tile (16 stores
-    # for 16 FMAs: bound by the one store a cycle, ~30 GFLOPS of float32 on 2 Zen 3 cores).
-    wb = _try(sch.cache_write, block, 0, "local")
+    if widen is not None:
+        reduce, widened = _widen_a(sch, widen, par, reduce, ti, cfg)
+    if notes is not None:
+        notes.append(f"{blk.name_hint}: register tile {ti} rows x {tj} columns"
+                     f" ({'narrow operands: the wide tile' if narrow else 'fits the vector registers'}),"
+                     " accumulated in registers over the whole reduction"
+                     + (f"; B packed into panels of {tj} columns" if packed else "")
+                     + ("; A converted to float32 per tile" if widen is not None and widened else ""))
+    # The tile accumulates in a buffer of its own that LLVM keeps in registers; accumulated in
+    # the output itself, every step of the reduction loaded and stored the whole tile (16
+    # stores for 16 FMAs: bound by the one store a cycle, ~30 GFLOPS of float32 on 2 Zen 3
+    # cores). "global", not "local": TVM puts a global buffer under STACK_BYTES on the stack
+    # and calls its workspace allocator for every local one, twice a tile (yolo's [1384448,
+    # 64] x [64, 32], 692224 tiles: 84 -> 91 ms "local", float16, before A was widened 0.98x;
+    # float32 [4096, 64] x [64, 64] 0.79x, [512, 64] x [64, 64] 0.86x, 768^3 0.98x).
+    wb = _try(sch.cache_write, block, 0, "global")
     if wb is not None:
         sch.reverse_compute_at(wb, par, preserve_unit_loops=True)
     if cfg.unroll:
@@ -293,9 +362,11 @@ def plain_schedule(low: Lowered, cfg: ScheduleConfig | None = None, notes: list 
     for name in inline_injective(sch, low):
         b = sch.get_sblock(name)
         role = low.roles.get(name, "elemwise")
+        if role == "widen":
+            continue  # placed by the contraction it feeds
         if role == "contract":
             out = sch.get(b).writes[0].source.name
-            tile = _try(_contraction, sch, b, cfg, notes)
+            tile = _try(_contraction, sch, b, cfg, notes, low.roles)
             if tile is not None:
                 tiles[out] = tile
         elif role == "reduce":

@@ -430,6 +430,16 @@ def _reduce(kind: str):
     return build
 
 
+def _widened(lw, o: Operand, acc: str, suffix: str):
+    """A contraction's A narrower than the accumulator (float16), converted to it in a stage of
+    its own (role "widen"): the contraction template runs it inside each tile, for the tile's
+    rows, so the tile's multiply-adds read float32 (schedule/plain._widen_a). Otherwise the
+    te.Tensor itself."""
+    if o.tensor is None or not o.desc.dtype.startswith("float") or not dtypes.widens_exactly(o.desc.dtype, acc):
+        return o.tensor
+    return lw.compute(tuple(o.tensor.shape), lambda *i: o.tensor(*i).astype(acc), role="widen", suffix=suffix)
+
+
 def matmul(lw, op, ins, out):
     a, b = ins[0], ins[1]
     _real_only(op, ins)
@@ -437,22 +447,24 @@ def matmul(lw, op, ins, out):
     ta, tb = bool(op.attrs.get("transpose_a", False)), bool(op.attrs.get("transpose_b", False))
     acc = "float32" if out.dtype in ("float16", "float32") or a.desc.dtype == "float16" else compute_dtype(out.dtype)
     nb = len(batch)
+    at = _widened(lw, a, acc, "_widenA")
 
-    def logical_load(o: Operand, bidx, r, c):
+    def logical_load(desc: Tensor, tensor, bidx, r, c):
         idx = [*bidx, r, c]
-        if o.desc.format == NZ:
-            idx = logical_to_nz(o.desc, idx)
-        return o.tensor(*idx)
+        if desc.format == NZ:
+            idx = logical_to_nz(desc, idx)
+        return tensor(*idx)
 
     # Contractions read B along its rows (k) for a vector of columns (n): re-lay a
     # transposed or fractal B out as [batch.., K, N] once so the inner loop is contiguous.
     if tb or b.desc.format == NZ:
-        packed = lw.compute((*batch, k, n), lambda *i: logical_load(b, i[:nb], *((i[-1], i[-2]) if tb else (i[-2], i[-1]))),
+        packed = lw.compute((*batch, k, n), lambda *i: logical_load(b.desc, b.tensor, i[:nb], *((i[-1], i[-2]) if tb else (i[-2], i[-1]))),
                             role="pack", suffix="_packB")
         bload = lambda bidx, kk, j: packed(*bidx, kk, j)
     else:
-        bload = lambda bidx, kk, j: logical_load(b, bidx, kk, j)
-    aload = (lambda bidx, i, kk: logical_load(a, bidx, kk, i)) if ta else (lambda bidx, i, kk: logical_load(a, bidx, i, kk))
+        bload = lambda bidx, kk, j: logical_load(b.desc, b.tensor, bidx, kk, j)
+    aload = ((lambda bidx, i, kk: logical_load(a.desc, at, bidx, kk, i)) if ta else
+             (lambda bidx, i, kk: logical_load(a.desc, at, bidx, i, kk)))
     rk = te.reduce_axis((0, k), name="k")
 
     def c_logical(*idx):
@@ -479,10 +491,11 @@ def conv2d(lw, op, ins, out):
     sh, sw = tuple(op.attrs.get("stride", (1, 1, 1, 1)))[-2:]
     o, kh, kw, c = w.desc.shape
     acc = "float32" if out.dtype in ("float16", "float32") else compute_dtype(out.dtype)
+    xt = _widened(lw, x, acc, "_widenX")
     wp = lw.compute((kh, kw, c, o), lambda i, j, cc, oo: w.tensor(oo, i, j, cc), role="pack", suffix="_packW")
     rh, rw, rc = te.reduce_axis((0, kh), name="rh"), te.reduce_axis((0, kw), name="rw"), te.reduce_axis((0, c), name="rc")
     conv = lw.compute(out.shape, lambda n, h, ww, oo: te.sum(
-        x.tensor(n, h * sh + rh, ww * sw + rw, rc).astype(acc) * wp(rh, rw, rc, oo).astype(acc), axis=[rh, rw, rc]),
+        xt(n, h * sh + rh, ww * sw + rw, rc).astype(acc) * wp(rh, rw, rc, oo).astype(acc), axis=[rh, rw, rc]),
         role="contract")
     if acc == out.dtype:
         return conv

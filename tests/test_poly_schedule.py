@@ -553,6 +553,10 @@ def test_register_tile_fits_the_vector_registers_for_float32_operands():
     # A widened per tile: as many accumulators, the most columns (A is converted once per column tile)
     assert register_tile(1024, 32, 8, avx2, False) == (8, 8)
     assert register_tile(1024, 32, 8, avx2, False, widened=True) == (4, 16)
+    # rows padded: 6 rows x 2 vectors for 128 rows (132 computed), not for 13 (18: too much waste)
+    assert register_tile(128, 1024, 8, avx2, False) == (8, 8)
+    assert register_tile(128, 1024, 8, avx2, False, padded=True) == (6, 16)
+    assert register_tile(13, 1024, 8, avx2, False, padded=True) == register_tile(13, 1024, 8, avx2, False)
     b = GraphBuilder("mm_spill")
     x = b.input("x", (96, 256))
     w = b.input("w", (256, 96))
@@ -624,6 +628,36 @@ def test_long_rows_of_b_are_packed_into_panels(transpose_b, rows):
         assert "B packed into panels" in prog.explain()
     else:
         assert not panels, tir
+    assert not check_program(g, prog)
+    assert not check_program(g, prog, seed=1)
+
+
+@pytest.mark.parametrize("case", ["float32", "float16", "transpose_a", "batched", "reshaped", "output"])
+def test_rows_no_tile_divides_are_padded(case):
+    """128 rows, which 6 does not divide: the contraction computes 132 (A copied per tile and
+    chunk with zero rows, TVM's pad_einsum) so 6 x 2 accumulators fit, where the tiles that
+    divide have 8; the padded result is cropped inside the tile loop, before the epilogue (also
+    one read through a reshape), and every element matches."""
+    dt = "float16" if case == "float16" else "float32"
+    batch = (2,) if case == "batched" else ()
+    b = GraphBuilder("mm_pad_rows")
+    x = b.input("x", (*batch, 768, 128) if case == "transpose_a" else (*batch, 128, 768), dt)
+    w = b.input("w", (*batch, 768, 256), dt)
+    y = b.matmul(x, w, transpose_a=case == "transpose_a")
+    if case == "reshaped":
+        b.output(b.relu(y.reshape(128, 16, 16) + b.input("bias", (16, 16), dt)))
+    elif case == "output":
+        b.output(y)
+    else:
+        b.output(b.relu(y + b.input("bias", (256,), dt)))
+    g = b.build()
+    prog = akgpy.fuse(g, config=default_config().replace(vector_bytes=32))
+    text = prog.explain()
+    assert "register tile 6 rows x 16 columns" in text and "rows padded to a multiple of 6" in text, text[:1500]
+    tir = prog.kernels[0].tir
+    crop = tir.index('T.sblock("MatMul_0_pad")')
+    assert tir.index('T.sblock("MatMul_0_update")') < crop and "T.parallel" not in tir[crop:], tir  # in the tile loop
+    assert "T.where" in tir[crop:], tir  # the last tile's padding rows are not stored
     assert not check_program(g, prog)
     assert not check_program(g, prog, seed=1)
 

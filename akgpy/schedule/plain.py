@@ -177,7 +177,7 @@ NARROW_TILE_VECTORS = 2
 
 
 def register_tile(rows: int, cols: int, lanes: int, cfg: ScheduleConfig, narrow: bool,
-                  widened: bool = False) -> tuple[int, int]:
+                  widened: bool = False, padded: bool = False) -> tuple[int, int]:
     """(rows, columns) of the contraction's register tile, divisors of the two extents (no
     tail). 32-bit operands: at most `cfg.tile_i` rows and `cfg.tile_j_vectors` vectors whose
     accumulators, one vector of each column block of B and A's broadcast element fit the
@@ -199,7 +199,8 @@ def register_tile(rows: int, cols: int, lanes: int, cfg: ScheduleConfig, narrow:
     for tv in range(1, cfg.tile_j_vectors + 1):
         for ti in range(1, cfg.tile_i + 1):
             k = (ti * tv, tv if widened else ti)
-            if rows % ti == 0 and (cols // lanes) % tv == 0 and ti * tv + tv + 1 <= regs and k > key:
+            fits = rows % ti == 0 or (padded and -rows % ti <= rows // PAD_MAX_WASTE)
+            if fits and (cols // lanes) % tv == 0 and ti * tv + tv + 1 <= regs and k > key:
                 best, key = (ti, tv * lanes), k
     return best
 
@@ -261,12 +262,20 @@ def _pack_panels(sch, block, out, rows: int, ti: int, tj: int, cfg: ScheduleConf
 # TVM's kMaxStackAlloca: a smaller buffer of a parallel tile lives on the stack; one as large
 # or larger is a workspace allocation, a call at every entry of the loop that holds it
 STACK_BYTES = 1024
+# a padded row tile computes at most 1 / PAD_MAX_WASTE of the rows again as padding (with
+# 1/8, float16 [32, 32] x [32, 4096] padded to 36 rows ran 1.36x slower, [32, 4096] x [4096,
+# 9216] 1.15x)
+PAD_MAX_WASTE = 16
+
+
+def _producer(sch, block, buf):
+    return next((p for p in sch.get_producers(block) if sch.get(p).writes[0].source.same_as(buf)), None)
 
 
 def _widen_stage(sch, block, out, roles: dict):
     """The block converting A to float32 ahead of the contraction (te/builders._widened), or None."""
     reads = [r.source for r in sch.get(block).reads if not r.source.same_as(out)]
-    stage = next((p for p in sch.get_producers(block) if reads and sch.get(p).writes[0].source.same_as(reads[0])), None)
+    stage = _producer(sch, block, reads[0]) if reads else None
     return stage if stage is not None and roles.get(sch.get(stage).name_hint) == "widen" else None
 
 
@@ -275,8 +284,8 @@ def _widen_a(sch, stage, tile, reduce: list, ti: int, cfg: ScheduleConfig) -> tu
     vcvtph2ps (one a cycle on Zen 3, against two FMAs). Its widening stage runs inside the
     tile instead, for the tile's rows and a chunk of the innermost reduction loop small enough
     to stay on the stack (under STACK_BYTES), 8 lanes a conversion; the tile's multiply-adds then
-    read float32. Returns the reduction loops after the chunking, and whether A is widened
-    so (False: the conversion is inlined back into the multiply-adds)."""
+    read float32. The same for A's padded copy (`_pad_rows`). Returns the reduction loops
+    after the chunking, and whether the stage moved (False: inlined into the multiply-adds)."""
     at = reduce[-2] if len(reduce) > 1 else tile
     ext = _extent(sch, reduce[-1])
     kc = largest_divisor(ext, max((STACK_BYTES - 1) // (4 * ti), 1))
@@ -288,6 +297,24 @@ def _widen_a(sch, stage, tile, reduce: list, ti: int, cfg: ScheduleConfig) -> tu
         return reduce, True
     sch.compute_inline(stage)
     return reduce, False
+
+
+def _pad_rows(sch, block, ti: int, widen):
+    """Pad the contraction's rows to a multiple of `ti` (TVM's pad_einsum: A copied with zero
+    rows, the result computed into a padded buffer and cropped). (A's stage, the crop block),
+    or None where the block is no einsum (a Conv2D's windows, a fractal operand's indices)."""
+    n = len(sch.get(block).iter_vars)
+    kinds = [int(iv.iter_type) for iv in sch.get(block).iter_vars]
+    row = [q for q, k in enumerate(kinds) if k == 0][-2]
+    if not _done(sch.pad_einsum, block, [ti if q == row else 1 for q in range(n)]):
+        return None
+    blk = sch.get(block)
+    out = blk.writes[0].source
+    a = next(r.source for r in blk.reads if not r.source.same_as(out))
+    stage, crop = _producer(sch, block, a), (sch.get_consumers(block) or [None])[0]
+    if widen is not None:
+        sch.compute_inline(widen)  # into A's padded copy, which converts it then
+    return stage, crop
 
 
 def _contraction(sch, block, cfg: ScheduleConfig, notes: list | None = None, roles: dict | None = None):
@@ -308,20 +335,33 @@ def _contraction(sch, block, cfg: ScheduleConfig, notes: list | None = None, rol
     rows = _extent(sch, li)
     narrow = widen is None and any(tvm_dtype_bits(r.source.dtype) < 32 for r in blk.reads if not r.source.same_as(out))
     ti, tj = register_tile(rows, _extent(sch, lj), lanes, cfg, narrow, widened=widen is not None)
-    packed = not outer and tj % lanes == 0 and _pack_panels(sch, block, out, rows, ti, tj, cfg)
+    converts, crop = widen is not None, None
+    tp = register_tile(rows, _extent(sch, lj), lanes, cfg, narrow, converts, padded=True)
+    if not narrow and tp[0] * tp[1] > ti * tj:
+        # more accumulators with a row tile that does not divide the rows: pad them
+        if (padding := _pad_rows(sch, block, tp[0], widen)) is not None:
+            (widen, crop), (ti, tj) = padding, tp
+            loops = sch.get_loops(block)
+            spatial = [l for l, k in zip(loops, kinds) if k == 0]
+            reduce = [l for l, k in zip(loops, kinds) if k != 0]
+            *outer, li, lj = spatial
+            rows = _extent(sch, li)
+    packed = not outer and tj % lanes == 0 and _pack_panels(sch, block, sch.get(block).writes[0].source, rows, ti, tj, cfg)
     io, ii = sch.split(li, [None, ti])
     jo, jv, jl = sch.split(lj, [None, tj // lanes, lanes]) if tj % lanes == 0 else (*sch.split(lj, [None, 1, tj]),)
     sch.reorder(*outer, jo, io, *reduce, ii, jv, jl)
     par = sch.fuse(*outer, jo, io)
     _parallel(sch, par, cfg)
+    staged = False
     if widen is not None:
-        reduce, widened = _widen_a(sch, widen, par, reduce, ti, cfg)
+        reduce, staged = _widen_a(sch, widen, par, reduce, ti, cfg)
     if notes is not None:
         notes.append(f"{blk.name_hint}: register tile {ti} rows x {tj} columns"
                      f" ({'narrow operands: the wide tile' if narrow else 'fits the vector registers'}),"
                      " accumulated in registers over the whole reduction"
+                     + (f"; rows padded to a multiple of {ti}" if crop is not None else "")
                      + (f"; B packed into panels of {tj} columns" if packed else "")
-                     + ("; A converted to float32 per tile" if widen is not None and widened else ""))
+                     + ("; A converted to float32 per tile" if converts and staged else ""))
     # The tile accumulates in a buffer of its own that LLVM keeps in registers; accumulated in
     # the output itself, every step of the reduction loaded and stored the whole tile (16
     # stores for 16 FMAs: bound by the one store a cycle, ~30 GFLOPS of float32 on 2 Zen 3
@@ -332,6 +372,8 @@ def _contraction(sch, block, cfg: ScheduleConfig, notes: list | None = None, rol
     wb = _try(sch.cache_write, block, 0, "global")
     if wb is not None:
         sch.reverse_compute_at(wb, par, preserve_unit_loops=True)
+    if crop is not None and _done(sch.reverse_compute_at, crop, par, preserve_unit_loops=True):
+        vectorize_innermost(sch, crop, cfg)
     if cfg.unroll:
         _try(sch.unroll, ii)
         _try(sch.unroll, jv)

@@ -5,9 +5,10 @@
 2. each remaining spatial nest: vectorise an inner slice of the innermost loop (when it
    divides), fuse the rest and run it in parallel;
 3. reductions: parallel over the fused spatial loops, the reduction loops serial inside;
-4. contractions (MatMul/Conv2D): a register tile of `tile_i` rows x `tile_j` vector
-   columns accumulates over the whole reduction in a local buffer (registers), tiles run
-   in parallel.
+4. contractions (MatMul/Conv2D): a register tile of up to `tile_i` rows x `tile_j_vectors`
+   vector columns accumulates over the whole reduction in a buffer of its own (registers),
+   tiles run in parallel; a float16 A is converted to float32 inside each tile, and a
+   MatMul's rows are padded where no tile that fits the registers divides them.
 Every primitive is applied through `_try`, so a schedule step that TVM refuses for an
 unusual block leaves that block correct but slower, never broken.
 """
@@ -186,8 +187,10 @@ def register_tile(rows: int, cols: int, lanes: int, cfg: ScheduleConfig, narrow:
     all before needs 19 registers, and LLVM then reloaded and stored the spilled accumulators
     at every step (float32, 2 threads, Zen 3, GFLOPS of 8 x 2 -> this rule: 128 x 768 x 768
     80 -> 114, 768^3 88 -> 147, [2048, 768] x [768, 3072] 84 -> 94; 128 x 3072 x 768 78 -> 70).
-    `widened`: A is converted per tile (`_widen_a`), once for each tile of columns, so among
-    tiles of as many accumulators the most columns (yolo's [1384448, 64] x [64, 32], float16:
+    `padded`: a row count the tile does not divide is fine where padding it to a multiple
+    wastes at most 1 / PAD_MAX_WASTE of the rows (`_pad_rows`). `widened`: A is converted
+    per tile (`_widen_a`), once for each tile of columns, so among tiles of as many
+    accumulators the most columns (yolo's [1384448, 64] x [64, 32], float16:
     4 x 16 instead of 8 x 8, 96 -> 52 ms). Narrow operands read through conversions, and
     columns that are no multiple of the lanes: the largest divisors up to `cfg.tile_i` rows
     and NARROW_TILE_VECTORS (or `tile_j_vectors`, if fewer) vectors."""

@@ -24,10 +24,14 @@ from ..te.lower import Lowered
 from .config import ScheduleConfig, default_config
 
 
+# what TVM raises when it refuses a primitive for a block
+_REFUSED = (s_tir.ScheduleError, ValueError, RuntimeError)
+
+
 def _try(fn, *args, **kw):
     try:
         return fn(*args, **kw)
-    except (s_tir.ScheduleError, ValueError, RuntimeError):
+    except _REFUSED:
         return None
 
 
@@ -36,7 +40,7 @@ def _done(fn, *args, **kw) -> bool:
     try:
         fn(*args, **kw)
         return True
-    except (s_tir.ScheduleError, ValueError, RuntimeError):
+    except _REFUSED:
         return False
 
 
@@ -188,7 +192,8 @@ def register_tile(rows: int, cols: int, lanes: int, cfg: ScheduleConfig, narrow:
     at every step (float32, 2 threads, Zen 3, GFLOPS of 8 x 2 -> this rule: 128 x 768 x 768
     80 -> 114, 768^3 88 -> 147, [2048, 768] x [768, 3072] 84 -> 94; 128 x 3072 x 768 78 -> 70).
     `padded`: a row count the tile does not divide is fine where padding it to a multiple
-    wastes at most 1 / PAD_MAX_WASTE of the rows (`_pad_rows`). `widened`: A is converted
+    wastes at most 1 / PAD_MAX_WASTE of the rows (`_pad_rows`) and no dividing tile has as
+    many accumulators. `widened`: A is converted
     per tile (`_widen_a`), once for each tile of columns, so among tiles of as many
     accumulators the most columns (yolo's [1384448, 64] x [64, 32], float16:
     4 x 16 instead of 8 x 8, 96 -> 52 ms). Narrow operands read through conversions, and
@@ -198,11 +203,12 @@ def register_tile(rows: int, cols: int, lanes: int, cfg: ScheduleConfig, narrow:
         return (largest_divisor(rows, cfg.tile_i),
                 largest_divisor(cols, lanes * min(cfg.tile_j_vectors, NARROW_TILE_VECTORS)))
     regs = 32 if cfg.vector_bytes >= 64 else 16
-    best, key = (1, lanes), (0, 0)
+    best, key = (1, lanes), (0, False, 0)
     for tv in range(1, cfg.tile_j_vectors + 1):
         for ti in range(1, cfg.tile_i + 1):
-            k = (ti * tv, tv if widened else ti)
-            fits = rows % ti == 0 or (padded and -rows % ti <= rows // PAD_MAX_WASTE)
+            divides = rows % ti == 0
+            k = (ti * tv, divides, tv if widened else ti)
+            fits = divides or (padded and -rows % ti <= rows // PAD_MAX_WASTE)
             if fits and (cols // lanes) % tv == 0 and ti * tv + tv + 1 <= regs and k > key:
                 best, key = (ti, tv * lanes), k
     return best
@@ -224,7 +230,13 @@ PACK_TLB_MIN_ROWS = 32
 PACK_MIN_ROW_BYTES = 1024
 
 
-def _pack_panels(sch, block, out, rows: int, ti: int, tj: int, cfg: ScheduleConfig) -> bool:
+def _operand_reads(blk) -> list:
+    """(read index, region) of a contraction block's operands: its reads but the accumulator."""
+    out = blk.writes[0].source
+    return [(i, r) for i, r in enumerate(blk.reads) if not r.source.same_as(out)]
+
+
+def _pack_panels(sch, block, rows: int, ti: int, tj: int, cfg: ScheduleConfig) -> bool:
     """Lay B out as panels [N / tj, K, tj] (one tile's columns contiguous along K) before the
     tiles run, when B is a 2-d matrix larger than L1 with long rows (PACK_MIN_ROW_BYTES) that
     many rows of A read (PACK_MIN_ROWS). Read in place, each step of the reduction loads a
@@ -235,7 +247,7 @@ def _pack_panels(sch, block, out, rows: int, ti: int, tj: int, cfg: ScheduleConf
     kernel input is copied into the panels (cache_read); a packed operand the kernel computes
     (a transposed or fractal B) is written in that layout directly."""
     blk = sch.get(block)
-    reads = [(i, r) for i, r in enumerate(blk.reads) if not r.source.same_as(out)]
+    reads = _operand_reads(blk)
     if len(reads) != 2 or reads[0][1].source.same_as(reads[1][1].source):
         return False
     bidx, region = reads[1]
@@ -255,7 +267,7 @@ def _pack_panels(sch, block, out, rows: int, ti: int, tj: int, cfg: ScheduleConf
         if not any(b.same_as(a) for a in root.alloc_buffers):  # a kernel argument: copied
             copy = sch.cache_read(block, bidx, "global")
         sch.transform_layout(block, ("read", bidx), lambda kk, j: (j // tj, kk, j % tj))
-    except (s_tir.ScheduleError, ValueError, RuntimeError):
+    except _REFUSED:
         return False  # each primitive is all or nothing: a copy without panels is still correct
     if copy is not None:
         _parallel(sch, sch.get_loops(copy)[0], cfg)
@@ -275,10 +287,10 @@ def _producer(sch, block, buf):
     return next((p for p in sch.get_producers(block) if sch.get(p).writes[0].source.same_as(buf)), None)
 
 
-def _widen_stage(sch, block, out, roles: dict):
+def _widen_stage(sch, block, roles: dict):
     """The block converting A to float32 ahead of the contraction (te/builders._widened), or None."""
-    reads = [r.source for r in sch.get(block).reads if not r.source.same_as(out)]
-    stage = _producer(sch, block, reads[0]) if reads else None
+    reads = _operand_reads(sch.get(block))
+    stage = _producer(sch, block, reads[0][1].source) if reads else None
     return stage if stage is not None and roles.get(sch.get(stage).name_hint) == "widen" else None
 
 
@@ -302,18 +314,14 @@ def _widen_a(sch, stage, tile, reduce: list, ti: int, cfg: ScheduleConfig) -> tu
     return reduce, False
 
 
-def _pad_rows(sch, block, ti: int, widen):
+def _pad_rows(sch, block, kinds: list, ti: int, widen):
     """Pad the contraction's rows to a multiple of `ti` (TVM's pad_einsum: A copied with zero
     rows, the result computed into a padded buffer and cropped). (A's stage, the crop block),
     or None where the block is no einsum (a Conv2D's windows, a fractal operand's indices)."""
-    n = len(sch.get(block).iter_vars)
-    kinds = [int(iv.iter_type) for iv in sch.get(block).iter_vars]
     row = [q for q, k in enumerate(kinds) if k == 0][-2]
-    if not _done(sch.pad_einsum, block, [ti if q == row else 1 for q in range(n)]):
+    if not _done(sch.pad_einsum, block, [ti if q == row else 1 for q in range(len(kinds))]):
         return None
-    blk = sch.get(block)
-    out = blk.writes[0].source
-    a = next(r.source for r in blk.reads if not r.source.same_as(out))
+    a = _operand_reads(sch.get(block))[0][1].source
     stage, crop = _producer(sch, block, a), (sch.get_consumers(block) or [None])[0]
     if widen is not None:
         sch.compute_inline(widen)  # into A's padded copy, which converts it then
@@ -322,8 +330,7 @@ def _pad_rows(sch, block, ti: int, widen):
 
 def _contraction(sch, block, cfg: ScheduleConfig, notes: list | None = None, roles: dict | None = None):
     blk = sch.get(block)
-    out = blk.writes[0].source
-    widen = _widen_stage(sch, block, out, roles or {})
+    widen = _widen_stage(sch, block, roles or {})
     kinds = [int(iv.iter_type) for iv in blk.iter_vars]
     loops = sch.get_loops(block)
     if len(loops) != len(kinds) or kinds.count(0) < 2:
@@ -331,25 +338,23 @@ def _contraction(sch, block, cfg: ScheduleConfig, notes: list | None = None, rol
             sch.compute_inline(widen)
         _reduction(sch, block, cfg)
         return None
+    lanes = max(cfg.vector_bytes // 4, 1)  # accumulators are 32-bit
+    rows, cols = [_extent(sch, l) for l, k in zip(loops, kinds) if k == 0][-2:]
+    narrow = widen is None and any(tvm_dtype_bits(r.source.dtype) < 32 for _, r in _operand_reads(blk))
+    converts, crop = widen is not None, None
+    ti, tj = register_tile(rows, cols, lanes, cfg, narrow, converts, padded=True)
+    if rows % ti:  # more accumulators with a row tile that does not divide the rows: pad them
+        padding = _pad_rows(sch, block, kinds, ti, widen)
+        if padding is None:
+            ti, tj = register_tile(rows, cols, lanes, cfg, narrow, converts)
+        else:
+            widen, crop = padding
+            rows += -rows % ti
+    loops = sch.get_loops(block)
     spatial = [l for l, k in zip(loops, kinds) if k == 0]
     reduce = [l for l, k in zip(loops, kinds) if k != 0]
-    lanes = max(cfg.vector_bytes // 4, 1)  # accumulators are 32-bit
     *outer, li, lj = spatial
-    rows = _extent(sch, li)
-    narrow = widen is None and any(tvm_dtype_bits(r.source.dtype) < 32 for r in blk.reads if not r.source.same_as(out))
-    ti, tj = register_tile(rows, _extent(sch, lj), lanes, cfg, narrow, widened=widen is not None)
-    converts, crop = widen is not None, None
-    tp = register_tile(rows, _extent(sch, lj), lanes, cfg, narrow, converts, padded=True)
-    if not narrow and tp[0] * tp[1] > ti * tj:
-        # more accumulators with a row tile that does not divide the rows: pad them
-        if (padding := _pad_rows(sch, block, tp[0], widen)) is not None:
-            (widen, crop), (ti, tj) = padding, tp
-            loops = sch.get_loops(block)
-            spatial = [l for l, k in zip(loops, kinds) if k == 0]
-            reduce = [l for l, k in zip(loops, kinds) if k != 0]
-            *outer, li, lj = spatial
-            rows = _extent(sch, li)
-    packed = not outer and tj % lanes == 0 and _pack_panels(sch, block, sch.get(block).writes[0].source, rows, ti, tj, cfg)
+    packed = not outer and tj % lanes == 0 and _pack_panels(sch, block, rows, ti, tj, cfg)
     io, ii = sch.split(li, [None, ti])
     jo, jv, jl = sch.split(lj, [None, tj // lanes, lanes]) if tj % lanes == 0 else (*sch.split(lj, [None, 1, tj]),)
     sch.reorder(*outer, jo, io, *reduce, ii, jv, jl)

@@ -54,11 +54,11 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
         return plain_schedule(relower() if relower else low, cfg).mod, "\n".join(report)
 
     if any(r == "contract" for r in low.roles.values()):
-        tiles: list[str] = []
-        mod = plain_schedule(low, cfg, tiles).mod
+        notes: list[str] = []
+        mod = plain_schedule(low, cfg, notes).mod
         return mod, "\n".join([
             "schedule path: poly/template: a contraction (MatMul/Conv2D) runs the register-tiled "
-            "template (parallel tiles, epilogue blocks vectorised inside the tile loop)", *tiles])
+            "template (parallel tiles, epilogue blocks vectorised inside the tile loop)", *notes])
     t0 = time.perf_counter()
     try:
         func, inlined, rfactored, model, deps, tree = _isl_schedule(low, cfg, timeout_s, report)

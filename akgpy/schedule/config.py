@@ -52,7 +52,8 @@ class ScheduleConfig:
     # also sum over other reduced axes (a full sum): their lanes are added up once, not per row
     sum_math_registers: int = 8
     # a kernel moving at least this many bytes writes its large outputs with non-temporal stores
-    # (no write-allocate read); 0 = never. default_config: twice the host's last-level cache
+    # (no write-allocate read); 0 = never. default_config: twice the host's last-level cache, or
+    # the CPU's measured threshold (STREAM_POLICY_BY_CPU)
     stream_min_bytes: int = 64 << 20
     # a kernel that reads at least what it writes streams from this many bytes moved (below
     # stream_min_bytes, and only its stores of whole cache lines); 0 = no such kernels apart.
@@ -165,7 +166,27 @@ _AMD_STREAMS = {"stream_write_heavy": True, "stream_share": 0.0}
 # between) yolo ~4409 ran 0.76-0.87x, ~7129 0.91-0.93x, ~2243 0.91-0.94x (two runs); back to
 # back, where inputs stay cached, 0.82x, 1.00x, 1.01x.
 STREAM_READ_HEAVY_LLCS_BY_CPU = {"znver4": 1, "znver3": 1}
-STREAM_POLICY_BY_CPU = {"znver5": _AMD_STREAMS, "znver4": _AMD_STREAMS, "znver3": {"stream_write_heavy": True}}
+# Intel Emerald Rapids (a 2-vCPU KVM guest whose sysfs reports the socket's 300 MiB L3): the
+# guest keeps far less of it than that across kernel calls. A producer and its consumer back to
+# back (x * 2 + 1, then * 3; float32, 2 threads, medians of interleaved rounds) ran at 35 GB/s
+# up to 8 MiB tensors and at 24 GB/s, DRAM's speed, from 16 MiB; streaming the producer's output
+# made the pair 1.08x at 8 MB moved by the producer, 0.95x at 16, 0.72-0.80x from 32 MB to 512
+# (the consumer reads from memory either way). A STREAM triad streamed ran 1.3-1.45x its plain
+# stores' GB/s at every size from 18 MB. So streaming starts at STREAM_MIN_BYTES_EMR moved, not
+# at twice the LLC (600 MiB: no corpus kernel), for write-heavy kernels too, each qualifying
+# store. Corpus kernels, kernel alone, interleaved, back to back (their inputs cached), 9
+# repeats, the 196 non-contraction graphs moving 4 MB or more that the sweep reached (of 271;
+# every network of the corpus): the 82 whose code this changes ran 0.69x (geomean, 0.29-1.09x);
+# 16-32 MB 0.73x (29 kernels), 32-64 MB 0.66x (22), 64 MB and more 0.67x (31). stream_share 0
+# against 0.9 changes 5 of them: bert layernorm ~4253 3.36 -> 1.81 ms, the others within noise.
+# Bench kernels (LLC flushed between calls): the optimizers ~1050 6.15 -> 3.81, ~2769
+# 3.90 -> 2.00, ~6743 3.40 -> 1.95 ms, the cast ~3234 12.8 -> 5.0, the layernorms ~3896
+# 3.13 -> 1.77 and ~8077 2.55 -> 1.12. Kernels moving 8-16 MB ran 0.78x streamed (31, 0.30-1.10x),
+# but alone: their consumer then reads from memory, and the producer/consumer pair above ran
+# 1.08x at 8 MB moved, 0.95x at 16, so the bound stays at 16.
+STREAM_MIN_BYTES_EMR = 16 << 20
+STREAM_POLICY_BY_CPU = {"znver5": _AMD_STREAMS, "znver4": _AMD_STREAMS, "znver3": {"stream_write_heavy": True},
+                        "emeraldrapids": {**_AMD_STREAMS, "stream_min_bytes": STREAM_MIN_BYTES_EMR}}
 
 
 def _mcpu(tgt) -> str:
@@ -178,7 +199,7 @@ def _narrow_transpose_bytes(tgt) -> int:
 
 def default_config(target=None) -> ScheduleConfig:
     """The default knobs for a target: vector width from the host CPU's features, streaming
-    threshold from its LLC, software prefetch on, fewer chain registers where float16 is native,
+    threshold twice its LLC (or the CPU's measured one), software prefetch on, fewer chain registers where float16 is native,
     the narrow-transpose width and the streaming policy by CPU name
     (NARROW_TRANSPOSE_BYTES_BY_CPU, STREAM_POLICY_BY_CPU).
     A bare ScheduleConfig() has prefetch off and 4 chain registers."""
@@ -195,8 +216,8 @@ def default_config(target=None) -> ScheduleConfig:
         tgt, native_fp16 = None, False
     chains = NATIVE_FP16_CHAIN_REGISTERS if native_fp16 else ScheduleConfig.chain_registers
     llc, mcpu = host_llc_bytes()[0], _mcpu(tgt)
-    return ScheduleConfig(vector_bytes=vector_bytes, stream_min_bytes=2 * llc,
+    streams = {"stream_min_bytes": 2 * llc, **STREAM_POLICY_BY_CPU.get(mcpu, {})}
+    return ScheduleConfig(vector_bytes=vector_bytes,
                           stream_read_heavy_min_bytes=STREAM_READ_HEAVY_LLCS_BY_CPU.get(mcpu, 0) * llc,
                           l2_bytes=host_l2_bytes(), llc_bytes=llc, narrow_transpose_bytes=_narrow_transpose_bytes(tgt),
-                          prefetch_bytes=PREFETCH_BYTES, chain_registers=chains,
-                          **STREAM_POLICY_BY_CPU.get(mcpu, {}))
+                          prefetch_bytes=PREFETCH_BYTES, chain_registers=chains, **streams)

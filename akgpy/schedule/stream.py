@@ -4,7 +4,8 @@ prefetches its reads: schedule decisions, realised by the LLVM target
 live here, with `LATENCY_ATTR` (a kernel of float16 rounding chains, targets/llvm.py).
 
 Streaming pays when the output would not stay in cache for its next reader anyway: the kernel
-moves at least `ScheduleConfig.stream_min_bytes` (default: twice the host's last-level cache),
+moves at least `ScheduleConfig.stream_min_bytes` (default: twice the host's last-level cache,
+or a CPU's measured threshold: a VM guest keeps little of a large shared L3),
 and the output itself is at least `MIN_OUTPUT` (a few stores into a small output gain nothing).
 A kernel whose data fits in cache keeps plain stores: its output is still cached for the next
 kernel. Whether a kernel that writes more bytes than it reads streams depends on the CPU

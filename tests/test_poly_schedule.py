@@ -686,6 +686,26 @@ def test_b_past_the_tlb_reach_is_packed_for_few_rows(k, dtype):
     assert not check_program(g, prog)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_the_panel_copy_of_b_moves_vectors(dtype):
+    """The copy of B into panels runs over each row of B in chunks of a tile's columns, vector
+    loads and stores (it had copied one scalar element at a time, index arithmetic per element:
+    for 128 rows of A as long as the tiles themselves)."""
+    b = GraphBuilder("mm_pack")
+    x = b.input("x", (128, 768), dtype)
+    w = b.input("w", (768, 3072), dtype)
+    b.output(b.matmul(x, w))
+    g = b.build()
+    prog = akgpy.fuse(g, config=default_config().replace(vector_bytes=64))
+    assert "B packed into panels" in prog.explain()
+    lines = prog.kernels[0].tir.splitlines()
+    at = [i for i, line in enumerate(lines) if 'T.sblock("w_global")' in line]
+    assert len(at) == 1
+    loop = re.search(r"T\.vectorized\((\d+)\)", lines[at[0] - 1])  # the loop right around the copy
+    assert loop and int(loop.group(1)) >= 8, lines[at[0] - 1]
+    assert not check_program(g, prog)
+
+
 @pytest.mark.parametrize("schedule", ["poly", "plain"])
 @pytest.mark.parametrize("head,tail", [([0, 0], [1, 0]), ([0, 0], [3, 5]), ([2, 0], [1, 0]), ([0, 1], [0, 0])])
 def test_padding_a_contraction_writes_every_row_and_column(schedule, head, tail):

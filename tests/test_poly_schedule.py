@@ -258,6 +258,13 @@ def test_poly_works_inside_a_daemonic_pool_worker():
     assert line.startswith("schedule path: poly/isl-ast"), line
 
 
+def _matmul(name: str, x_shape: tuple, w_shape: tuple, dtype: str = "float32"):
+    """The graph of x @ w alone."""
+    b = GraphBuilder(name)
+    b.output(b.matmul(b.input("x", x_shape, dtype), b.input("w", w_shape, dtype)))
+    return b.build()
+
+
 def _matmul_bias():
     b = GraphBuilder("mm_cfg")
     a = b.input("a", (64, 48), "float16")
@@ -527,11 +534,7 @@ def test_contraction_tile_accumulates_in_registers(dtype):
     the reduction loaded and stored the tile (bound by one store a cycle), and TVM had refused
     to vectorise the update (no init left in its block), so LLVM got scalar code to widen. The
     buffer is on the stack (a "local" one was a workspace allocation, a call, per tile)."""
-    b = GraphBuilder("mm_tile")
-    x = b.input("x", (96, 64), dtype)
-    w = b.input("w", (64, 48), dtype)
-    b.output(b.matmul(x, w))
-    g = b.build()
+    g = _matmul("mm_tile", (96, 64), (64, 48), dtype)
     prog = akgpy.fuse(g, config=default_config().replace(vector_bytes=32))
     tir = prog.kernels[0].tir
     update = tir[tir.index("for k"):]
@@ -562,11 +565,7 @@ def test_register_tile_fits_the_vector_registers_for_float32_operands():
     assert register_tile(128, 1024, 8, avx2, False) == (8, 8)
     assert register_tile(128, 1024, 8, avx2, False, padded=True) == (6, 16)
     assert register_tile(13, 1024, 8, avx2, False, padded=True) == register_tile(13, 1024, 8, avx2, False)
-    b = GraphBuilder("mm_spill")
-    x = b.input("x", (96, 256))
-    w = b.input("w", (256, 96))
-    b.output(b.matmul(x, w))
-    g = b.build()
+    g = _matmul("mm_spill", (96, 256), (256, 96))
     prog = akgpy.fuse(g, config=avx2)
     assert "MatMul_0: register tile 6 rows x 16 columns" in prog.explain()
     asm = prog.kernels[0]._executable.mod.inspect_source("s").splitlines()
@@ -674,11 +673,7 @@ def test_b_past_the_tlb_reach_is_packed_for_few_rows(k, dtype):
     a row a page further on) that fits the last-level cache is packed into panels even for 32
     rows of A; a smaller one, or one past the LLC (the copy would triple the memory traffic), is
     read in place."""
-    b = GraphBuilder("mm_gemv")
-    x = b.input("x", (32, k), dtype)
-    w = b.input("w", (k, 1024), dtype)
-    b.output(b.matmul(x, w))
-    g = b.build()
+    g = _matmul("mm_gemv", (32, k), (k, 1024), dtype)
     size = k * 1024 * (2 if dtype == "float16" else 4)
     for llc in (64 << 20, 8 << 20):
         prog = akgpy.fuse(g, config=default_config().replace(vector_bytes=32, llc_bytes=llc))
@@ -691,11 +686,7 @@ def test_the_panel_copy_of_b_moves_vectors(dtype):
     """The copy of B into panels runs over each row of B in chunks of a tile's columns, vector
     loads and stores (it had copied one scalar element at a time, index arithmetic per element:
     for 128 rows of A as long as the tiles themselves)."""
-    b = GraphBuilder("mm_pack")
-    x = b.input("x", (128, 768), dtype)
-    w = b.input("w", (768, 3072), dtype)
-    b.output(b.matmul(x, w))
-    g = b.build()
+    g = _matmul("mm_pack", (128, 768), (768, 3072), dtype)
     prog = akgpy.fuse(g, config=default_config().replace(vector_bytes=64))
     assert "B packed into panels" in prog.explain()
     lines = prog.kernels[0].tir.splitlines()

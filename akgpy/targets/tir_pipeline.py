@@ -6,7 +6,9 @@
                    loop-carried vector updates of odd widths in register-sized chunks
                    (split_accumulators),
                    float max/min with numpy's NaN and -inf semantics (nan_extrema),
-                   software prefetch ahead of streamed reads where the schedule asks (prefetch)
+                   software prefetch ahead of streamed reads where the schedule asks (prefetch);
+                   after TVM's host finalization, small workspace allocations on the
+                   stack (stack_scratch)
     akgpy-stream   + streaming stores into the outputs the schedule marked (stream_stores);
                    x86 only: the stores are x86 non-temporal moves and an sfence
 """
@@ -18,6 +20,7 @@ from tvm import tirx
 from .nan_extrema import nan_extrema
 from .prefetch import prefetch_func
 from .split_accumulators import split_func
+from .stack_scratch import stack_scratch
 from .stream_stores import stream_func
 from .sum_runs import sum_runs
 from .vector_loads import shuffle_loads
@@ -38,7 +41,12 @@ def _factory(stream: bool):
         def pipeline(mod, _ctx):
             return tirx.transform.prim_func_pass(passes, opt_level=0)(lower(mod))
 
-        return pipeline, finalize_host, finalize_device
+        def host():  # after TVM's LowerTVMBuiltin, which made the workspace calls
+            scratch = tirx.transform.prim_func_pass(lambda f, _m, _c: stack_scratch(f), opt_level=0,
+                                                    name="akgpy.StackScratch")
+            return tvm.ir.transform.Sequential([finalize_host(), scratch])
+
+        return pipeline, host, finalize_device
     return make
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -186,6 +187,13 @@ def poison(arrays: Sequence[np.ndarray]) -> None:
             a.fill(True)
         elif a.size:
             a.view(np.uint8).fill(0x5A)
+
+
+def workspace_allocations(prog) -> list[str]:
+    """The buffers a program's kernels get from TVM's workspace allocator (a call and a free
+    each time their declaration runs), by their LLVM IR names."""
+    return [name for k in prog.kernels
+            for name in re.findall(r"%(\w+) = tail call ptr %\d+\(i32 1, ", k._executable.mod.inspect_source("ll"))]
 
 
 def check_program(g: Graph, prog, seed: int = 0, *, fenced: bool = False) -> list[Mismatch]:

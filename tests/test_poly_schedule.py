@@ -11,7 +11,7 @@ import pytest
 import akgpy
 from akgpy.schedule.config import default_config
 from akgpy import GraphBuilder
-from akgpy.testing import check_program
+from akgpy.testing import check_program, workspace_allocations
 
 from .conftest import CORPUS, WIDE
 
@@ -522,11 +522,6 @@ def test_contraction_epilogue_runs_inside_the_tile_loop(reshaped):
     assert not check_program(g, prog)
 
 
-def _workspace_allocations(prog) -> list[str]:
-    """Buffers the kernel's LLVM IR gets from TVM's workspace allocator (a call each time)."""
-    return re.findall(r"%(\w+) = tail call ptr %\d+\(i32 1, ", prog.kernels[0]._executable.mod.inspect_source("ll"))
-
-
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_contraction_tile_accumulates_in_registers(dtype):
     """The register tile accumulates in a buffer of its own over the whole reduction, in loops
@@ -540,7 +535,7 @@ def test_contraction_tile_accumulates_in_registers(dtype):
     update = tir[tir.index("for k"):]
     update = update[:update.index('T.sblock("', update.index('T.sblock("MatMul_0_update")') + 1)]
     assert "T.vectorized(8)" in update and "MatMul_0_global[v_i0, v_i1] = MatMul_0_global[v_i0, v_i1] +" in update, tir
-    heap = _workspace_allocations(prog)
+    heap = workspace_allocations(prog)
     assert not [n for n in heap if n.startswith("MatMul_0_global")], heap
     assert not check_program(g, prog)
 
@@ -606,7 +601,7 @@ def test_float16_a_is_converted_per_tile_not_per_multiply_add(case):
     assert f"{stage}[" in update and 'T.Cast("float32", x[' not in update, update
     if chunk:
         assert chunk in tir, tir
-    heap = _workspace_allocations(prog)
+    heap = workspace_allocations(prog)
     assert not [n for n in heap if "widen" in n or n.endswith("_global")], heap  # per tile: stack
     assert not check_program(g, prog)
     assert not check_program(g, prog, seed=1)

@@ -199,9 +199,9 @@ def _narrow_transpose_bytes(tgt) -> int:
 
 def default_config(target=None) -> ScheduleConfig:
     """The default knobs for a target: vector width from the host CPU's features, streaming
-    threshold twice its LLC (or the CPU's measured one), software prefetch on, fewer chain registers where float16 is native,
-    the narrow-transpose width and the streaming policy by CPU name
-    (NARROW_TRANSPOSE_BYTES_BY_CPU, STREAM_POLICY_BY_CPU).
+    threshold twice its LLC (or the CPU's measured one), software prefetch on, fewer chain
+    registers where float16 is native, the narrow-transpose width and the streaming policy by
+    CPU name (NARROW_TRANSPOSE_BYTES_BY_CPU, STREAM_POLICY_BY_CPU).
     A bare ScheduleConfig() has prefetch off and 4 chain registers."""
     try:
         from ..targets.llvm import (has_fp16_arithmetic, host_l2_bytes, host_llc_bytes, host_vector_bytes,

@@ -283,9 +283,13 @@ def _pack_panels(sch, block, rows: int, ti: int, tj: int, cfg: ScheduleConfig) -
     return True
 
 
-# TVM's kMaxStackAlloca: a smaller buffer of a parallel tile lives on the stack; one as large
-# or larger is a workspace allocation, a call at every entry of the loop that holds it
-STACK_BYTES = 1024
+# the float32 copy of A that a tile converts at a time stays under this many bytes. Chosen as
+# TVM's kMaxStackAlloca, under which a buffer went on the stack rather than to the workspace
+# allocator (a call at every entry of its loop); since targets/stack_scratch.py puts buffers
+# up to 16 KiB on the stack too, a larger chunk was measured and gained nothing (8192 against
+# 1024, float16, kernel alone, interleaved, Emerald Rapids: 16384 x 64 x 32 1.04x, 128 x 768 x
+# 3072 0.98x, 2048 x 768 x 768 1.07x, 512 x 3072 x 768 1.00x)
+WIDEN_CHUNK_BYTES = 1024
 # a padded row tile computes at most 1 / PAD_MAX_WASTE of the rows again as padding (with
 # 1/8, float16 [32, 32] x [32, 4096] padded to 36 rows ran 1.36x slower, [32, 4096] x [4096,
 # 9216] 1.15x)
@@ -307,12 +311,12 @@ def _widen_a(sch, stage, tile, reduce: list, ti: int, cfg: ScheduleConfig) -> tu
     """A float16 A, read through a conversion, made every multiply-add of the tile wait on
     vcvtph2ps (one a cycle on Zen 3, against two FMAs). Its widening stage runs inside the
     tile instead, for the tile's rows and a chunk of the innermost reduction loop small enough
-    to stay on the stack (under STACK_BYTES), 8 lanes a conversion; the tile's multiply-adds then
+    to stay in L1 (WIDEN_CHUNK_BYTES), 8 lanes a conversion; the tile's multiply-adds then
     read float32. The same for A's padded copy (`_pad_rows`). Returns the reduction loops
     after the chunking, and whether the stage moved (False: inlined into the multiply-adds)."""
     at = reduce[-2] if len(reduce) > 1 else tile
     ext = _extent(sch, reduce[-1])
-    kc = largest_divisor(ext, max((STACK_BYTES - 1) // (4 * ti), 1))
+    kc = largest_divisor(ext, max((WIDEN_CHUNK_BYTES - 1) // (4 * ti), 1))
     if 8 <= kc < ext:
         at, inner = sch.split(reduce[-1], [None, kc])
         reduce = [*reduce[:-1], at, inner]
@@ -382,7 +386,7 @@ def _contraction(sch, block, cfg: ScheduleConfig, notes: list | None = None, rol
     # The tile accumulates in a buffer of its own that LLVM keeps in registers; accumulated in
     # the output itself, every step of the reduction loaded and stored the whole tile (16
     # stores for 16 FMAs: bound by the one store a cycle, ~30 GFLOPS of float32 on 2 Zen 3
-    # cores). "global", not "local": TVM puts a global buffer under STACK_BYTES on the stack
+    # cores). "global", not "local": TVM puts a global buffer under 1024 bytes on the stack
     # and calls its workspace allocator (and its free) for a local one at every tile (float32,
     # kernel alone, interleaved, global against local: [4096, 64] x [64, 64] 0.79x, [512, 64]
     # x [64, 64] 0.86x, 128 x 768 x 768 0.97x, 768^3 0.98x).

@@ -87,6 +87,17 @@ def test_tanh_edges():
     assert np.all(np.abs(np.abs(got[3:7]) - 1.0) <= 1e-6)
 
 
+def test_tanh_and_erf_test_nothing_but_their_clamp():
+    """NaN passes the clamp's selects and the rational carries it (test_tanh_edges,
+    test_erf_accuracy_and_edges check the values): the two clamp selects are the only ones, no
+    NaN test or small-x branch of their own."""
+    for op in ("tanh", "erf"):
+        b = GraphBuilder(op)
+        b.output(getattr(b, op)(b.input("x", (16, 256))))
+        tir = akgpy.fuse(b.build()).kernels[0].tir
+        assert tir.count("T.Select") == 2 and "T.if_then_else" not in tir, (op, tir.count("T.Select"))
+
+
 def test_log_accuracy_over_the_whole_range():
     x = np.concatenate([np.logspace(-45, 38.5, 1 << 18).astype(np.float32),
                         np.linspace(0.5, 2.0, 1 << 16, dtype=np.float32)])

@@ -11,14 +11,16 @@ import akgpy
 from akgpy import GraphBuilder
 from akgpy.errors import CompileError
 from akgpy.schedule.config import default_config
+from akgpy.schedule.stream import ATTR as STREAM_ATTR
 from akgpy.schedule.stream import PREFETCH_ATTR
 from akgpy.targets.prefetch import prefetch_func
 from akgpy.testing import check_program
 
 
-def _prefetched(func, distance=2048) -> list[tuple[str, object, object]]:
-    """(buffer, prefetched index minus the index of the read it serves, that read's index) per
-    prefetch the pass inserts, in order."""
+def _prefetched(func, distance=2048, rw=0) -> list[tuple[str, object, object]]:
+    """(buffer, prefetched index minus the index of the access it serves, that access's index)
+    per read prefetch (rw 0) or write prefetch (rw 1: the store it serves) the pass inserts, in
+    order."""
     out = prefetch_func(func.with_attr(PREFETCH_ATTR, distance))
     found, ana = [], Analyzer()
 
@@ -26,12 +28,17 @@ def _prefetched(func, distance=2048) -> list[tuple[str, object, object]]:
         stmts = list(seq.seq)
         for k, st in enumerate(stmts):
             if isinstance(st, tirx.Evaluate) and isinstance(st.value, ir.Call) and st.value.op.name == "tirx.prefetch":
+                if int(st.value.args[1].value) != rw:
+                    continue
                 target = st.value.args[0].args[0]  # address_of(buf[index])
                 nxt = next(s for s in stmts[k:] if isinstance(s, tirx.BufferStore))
-                loads = []
-                tvm_ffi.structural_walk(nxt.value, [(ir.TensorLoad, loads.append)])
-                read = next(ld for ld in loads if ld.source.same_as(target.source))
-                base = read.indices[0].base
+                if rw:
+                    assert nxt.buffer.same_as(target.source)
+                    base = nxt.indices[0].base
+                else:
+                    loads = []
+                    tvm_ffi.structural_walk(nxt.value, [(ir.TensorLoad, loads.append)])
+                    base = next(ld for ld in loads if ld.source.same_as(target.source)).indices[0].base
                 found.append((target.source.name, ana.simplify(target.indices[0] - base), base))
     tvm_ffi.structural_walk(out.body, [(tirx.SeqStmt, on_seq)])
     return found
@@ -60,6 +67,22 @@ def test_a_stream_is_prefetched_the_distance_ahead_and_outputs_are_not():
     assert _offsets(_prefetched(_two_outputs)) == [("A", 512)]  # once per line, and no B
     # an output written by an earlier loop nest is prefetched where a later one reads it
     assert _offsets(_prefetched(_written_then_summed)) == [("A", 512), ("B", 32 * 1024)]
+
+
+def test_a_store_into_an_argument_gets_a_write_prefetch_unless_it_may_stream():
+    """A written line not in cache is read first (for ownership), and a loop heavy in arithmetic
+    keeps few of those reads in flight (bert GELU backward ~0750, whose output a later loop sums
+    so it cannot stream: kernel alone, LLC flushed, 0.90-0.92x). An output that may stream
+    (marked, and read by no loop of the kernel) gets none: its prefetch would count as a read
+    back, and targets/stream_stores.py would not stream it."""
+    assert _offsets(_prefetched(_stream, rw=1)) == [("B", 512)]
+    assert _offsets(_prefetched(_two_outputs, rw=1)) == [("B", 512), ("C", 512)]
+    assert _offsets(_prefetched(_columns, rw=1)) == []  # 4 KiB of partial sums: cached
+    assert _offsets(_prefetched(_short_rows, rw=1)) == []  # a copy: no arithmetic to hide a miss behind
+    marked = _two_outputs.with_attr(STREAM_ATTR, {"B.data": ["out_b", 1 << 18], "C.data": ["out_c", 1 << 18]})
+    assert _offsets(_prefetched(marked, rw=1)) == []  # B is read right after its store: forwarded
+    summed = _written_then_summed.with_attr(STREAM_ATTR, {"B.data": ["out_b", 1 << 22]})
+    assert _offsets(_prefetched(summed, rw=1)) == [("B", 512)]  # a later nest reads B back
 
 
 def test_off_inserts_nothing():
@@ -247,7 +270,8 @@ def _targets(func, distance=2048) -> list:
     out = prefetch_func(func.with_attr(PREFETCH_ATTR, distance))
     calls = []
     tvm_ffi.structural_walk(out.body, [(ir.Call, lambda c: calls.append(c) if c.op.name == "tirx.prefetch" else None)])
-    return [c.args[0].args[0] for c in calls]  # address_of(buf[index]) -> buf[index]
+    # reads only (rw 0): address_of(buf[index]) -> buf[index]
+    return [c.args[0].args[0] for c in calls if int(c.args[1].value) == 0]
 
 
 def _same(exprs, wanted, func) -> bool:

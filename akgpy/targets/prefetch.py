@@ -36,6 +36,15 @@ rows of a register transpose (yolo's 52 x 52 planes, 5.4 KiB) get no prefetch: t
 prefetchers follow them, and prefetching along them cost 1.14-1.16x; nor do let-bound reads of
 computing stores (TVM's common subexpressions: yolo's loss ~2380 1.03-1.05x slower with them).
 
+Stores get the same look-ahead as a write prefetch (PREFETCHW): a line written that is not in
+cache is first read for ownership, and a loop heavy in arithmetic keeps few of those reads in
+flight just as it does loads. Bert's GELU backward ~0750 writes its float16 output for a later
+loop nest to sum down its columns, so it cannot stream: kernel alone, LLC flushed between calls,
+interleaved, 0.90-0.92x. Not for copies (nothing to hide a miss behind), nor for an output that
+may stream (marked and, once targets/stream_stores.py forwards the reads of just-stored
+vectors, read by no loop of the kernel): its prefetch would count as a read back and stop it.
+`WRITES` switches this off for A/B measurements.
+
 Prefetch is a hint: an address past an array's end does not fault (x86 PREFETCHh, AArch64
 PRFM), so the last iterations need no guard; a look-ahead beyond the whole range the nest
 reads is dropped. (TVM's address is an `inbounds` GEP, poison past the end; `llvm.prefetch`
@@ -49,15 +58,17 @@ import tvm
 import tvm_ffi
 from tvm import ir, tirx
 
+from ..schedule.stream import ATTR as STREAM_ATTR
 from ..schedule.stream import PREFETCH_ATTR as ATTR
 from .rewrite import let_values
-from .stream_stores import _inline, _is_one, _linear
+from .stream_stores import _forward, _inline, _is_one, _linear
 from .vector_loads import _lanes
 
 LINE = 64
 MAX_LINES = 8  # per load: a register chain of 128 float16 lanes spans 4 lines
 REUSED_BYTES = 32 << 10  # a read spanning less than L1 over the whole nest stays cached: a bias row
 REREAD_BYTES = 256 << 10  # what an earlier loop of the same iteration read is still cached below this
+WRITES = True  # write prefetches (above); a module switch for A/B measurements
 
 
 def _span(coeffs, loops) -> float:
@@ -132,6 +143,15 @@ def prefetch_func(func):
         return func
     local, lets = set(), let_values(func.body)
     tvm_ffi.structural_walk(func.body, [(tirx.AllocBuffer, lambda a: local.add(str(a.buffer.data)))])
+    # outputs that may stream (targets/stream_stores.py; a prefetch would read them back into the
+    # cache and stop it): those marked and not read by the function once stream_stores has
+    # forwarded the reads of just-stored vectors
+    owner = {str(k): str(v[0]) for k, v in (func.attrs or {}).get(STREAM_ATTR, {}).items()}
+    loaded: set = set()
+    if owner:
+        tvm_ffi.structural_walk(_forward(func.body, owner),
+                                [(ir.TensorLoad, lambda ld: loaded.add(owner.get(str(ld.source.data))))])
+    streams = {k for k, out in owner.items() if out not in loaded}
     written: set = set()  # arguments the current outermost loop nest writes: read back from cache
     loops: list = []  # enclosing (var, extent), outermost first
     frames: list = []  # per enclosing loop: _Frame
@@ -145,7 +165,7 @@ def prefetch_func(func):
             return None
         return str(ld.source.data), _linear(_inline(idx[0].base, lets), loops)
 
-    def prefetches(ld, name, got, group, copy, via_let) -> list:
+    def prefetches(ld, name, got, group, copy, via_let, rw=0) -> list:
         idx = list(ld.indices)
         el = max(1, (tvm.runtime.DataType(str(ld.source.dtype)).bits + 7) // 8)  # bool: a byte
         coef = next((c for c in reversed(got[:-1]) if c), 0) if got else 0  # innermost loop moving it
@@ -180,8 +200,8 @@ def prefetch_func(func):
             frames[-1].lines.add(key)
             addr = tirx.call_intrin("handle", "tirx.address_of",
                                     tirx.BufferLoad(ld.source, [idx[0].base + (ahead + m * per_line)]))
-            # rw 0 (read), locality 3 (keep in every cache level), cache 1 (data)
-            out.append(tirx.Evaluate(tirx.call_intrin("void", "tirx.prefetch", addr, 0, 3, 1)))
+            # rw 0 (read) or 1 (write), locality 3 (keep in every cache level), cache 1 (data)
+            out.append(tirx.Evaluate(tirx.call_intrin("void", "tirx.prefetch", addr, rw, 3, 1)))
         return out
 
     def on_store(st, mut):
@@ -198,8 +218,22 @@ def prefetch_func(func):
             offsets.setdefault((name, got[:-1]), set()).add(got[-1])
         pre = [p for ld, (name, got), via in walks
                for p in prefetches(ld, name, got, len(offsets[name, got[:-1]]), bound is not None, via)]
+        target = written_ahead(st) if WRITES and bound is None else None
+        if target is not None:
+            pre += prefetches(target[0], target[1], target[2], 1, False, False, rw=1)
         count[0] += len(pre)
         return tirx.SeqStmt(pre + [st]) if pre else st
+
+    def written_ahead(st):
+        """(the store as a load, buffer, coefficients) of a stride-1 vector store into a kernel
+        argument that will not stream (the module docstring), else None."""
+        name = str(st.buffer.data)
+        idx = list(st.indices)
+        if name in local or name in streams or len(idx) != 1 or not isinstance(idx[0], tirx.Ramp) \
+                or not _is_one(idx[0].stride):
+            return None
+        got = _linear(_inline(idx[0].base, lets), loops)
+        return (tirx.BufferLoad(st.buffer, idx), name, got) if got and any(got[:-1]) else None
 
     def on_for(loop, mut):
         if not loops:

@@ -43,7 +43,6 @@ loop nest to sum down its columns, so it cannot stream: kernel alone, LLC flushe
 interleaved, 0.90-0.92x. Not for copies (nothing to hide a miss behind), nor for an output that
 may stream (marked and, once targets/stream_stores.py forwards the reads of just-stored
 vectors, read by no loop of the kernel): its prefetch would count as a read back and stop it.
-`WRITES` switches this off for A/B measurements.
 
 Prefetch is a hint: an address past an array's end does not fault (x86 PREFETCHh, AArch64
 PRFM), so the last iterations need no guard; a look-ahead beyond the whole range the nest
@@ -68,7 +67,6 @@ LINE = 64
 MAX_LINES = 8  # per load: a register chain of 128 float16 lanes spans 4 lines
 REUSED_BYTES = 32 << 10  # a read spanning less than L1 over the whole nest stays cached: a bias row
 REREAD_BYTES = 256 << 10  # what an earlier loop of the same iteration read is still cached below this
-WRITES = True  # write prefetches (above); a module switch for A/B measurements
 
 
 def _span(coeffs, loops) -> float:
@@ -157,17 +155,18 @@ def prefetch_func(func):
     frames: list = []  # per enclosing loop: _Frame
     count = [0]
 
-    def walk(ld):
-        """(buffer name, linear coefficients of the read's start) of a qualifying load, else None."""
-        idx = list(ld.indices)
+    def walk(buf, indices, skip: set):
+        """(buffer name, linear coefficients of the access's start) of a stride-1 vector access
+        to a kernel argument not in `skip`, else None."""
+        idx, name = list(indices), str(buf.data)
         if (len(idx) != 1 or not isinstance(idx[0], tirx.Ramp) or not _is_one(idx[0].stride)
-                or str(ld.source.data) in local or str(ld.source.data) in written):
+                or name in local or name in skip):
             return None
-        return str(ld.source.data), _linear(_inline(idx[0].base, lets), loops)
+        return name, _linear(_inline(idx[0].base, lets), loops)
 
-    def prefetches(ld, name, got, group, copy, via_let, rw=0) -> list:
-        idx = list(ld.indices)
-        el = max(1, (tvm.runtime.DataType(str(ld.source.dtype)).bits + 7) // 8)  # bool: a byte
+    def prefetches(buf, ramp, name, got, group, copy, via_let, rw=0) -> list:
+        """The prefetches (rw 0: read, 1: write) serving the access `buf[ramp]`."""
+        el = max(1, (tvm.runtime.DataType(str(buf.dtype)).bits + 7) // 8)  # bool: a byte
         coef = next((c for c in reversed(got[:-1]) if c), 0) if got else 0  # innermost loop moving it
         span = _span(got, loops) if coef else 0
         if span * el < REUSED_BYTES:
@@ -182,7 +181,7 @@ def prefetch_func(func):
         # iterations ahead: the distance over the new bytes each iteration reads (a strided walk
         # reads one vector's lines per step however far apart the steps are; `group` loads that
         # move together, a run of rows summed in one step (sum_runs), read as many)
-        fresh = min(abs(coef) * el, group * max(LINE, _lanes(idx[0].ty) * el))
+        fresh = min(abs(coef) * el, group * max(LINE, _lanes(ramp.ty) * el))
         ahead = coef * max(1, math.ceil(distance / fresh))
         jump = _next_run(got, loops, el, group, distance) if copy else None
         if jump is not None:
@@ -193,13 +192,13 @@ def prefetch_func(func):
             return []
         per_line = max(1, LINE // el)
         out = []
-        for m in range(min(MAX_LINES, math.ceil(_lanes(idx[0].ty) * el / LINE))):
+        for m in range(min(MAX_LINES, math.ceil(_lanes(ramp.ty) * el / LINE))):
             key = (name, got[:-1], (got[-1] + ahead) // per_line + m)
             if key in frames[-1].lines:
                 continue
             frames[-1].lines.add(key)
             addr = tirx.call_intrin("handle", "tirx.address_of",
-                                    tirx.BufferLoad(ld.source, [idx[0].base + (ahead + m * per_line)]))
+                                    tirx.BufferLoad(buf, [ramp.base + (ahead + m * per_line)]))
             # rw 0 (read) or 1 (write), locality 3 (keep in every cache level), cache 1 (data)
             out.append(tirx.Evaluate(tirx.call_intrin("void", "tirx.prefetch", addr, rw, 3, 1)))
         return out
@@ -212,28 +211,18 @@ def prefetch_func(func):
         bound = _copied(st.value, lets)
         if bound is not None:  # a copy: its let-bound loads too (prefetched only as short runs)
             loads += [(ld, True) for ld in bound]
-        walks = [(ld, w, via) for ld, via in loads if (w := walk(ld)) is not None and w[1]]
+        walks = [(ld, w, via) for ld, via in loads if (w := walk(ld.source, ld.indices, written)) is not None and w[1]]
         offsets: dict = {}  # (buffer, loop coefficients) -> the distinct offsets read with them
         for _, (name, got), _ in walks:
             offsets.setdefault((name, got[:-1]), set()).add(got[-1])
         pre = [p for ld, (name, got), via in walks
-               for p in prefetches(ld, name, got, len(offsets[name, got[:-1]]), bound is not None, via)]
-        target = written_ahead(st) if WRITES and bound is None else None
-        if target is not None:
-            pre += prefetches(target[0], target[1], target[2], 1, False, False, rw=1)
+               for p in prefetches(ld.source, ld.indices[0], name, got, len(offsets[name, got[:-1]]),
+                                   bound is not None, via)]
+        # the store itself, unless a copy or into an output that may stream (module docstring)
+        if bound is None and (w := walk(st.buffer, st.indices, streams)) is not None and w[1]:
+            pre += prefetches(st.buffer, st.indices[0], *w, 1, False, False, rw=1)
         count[0] += len(pre)
         return tirx.SeqStmt(pre + [st]) if pre else st
-
-    def written_ahead(st):
-        """(the store as a load, buffer, coefficients) of a stride-1 vector store into a kernel
-        argument that will not stream (the module docstring), else None."""
-        name = str(st.buffer.data)
-        idx = list(st.indices)
-        if name in local or name in streams or len(idx) != 1 or not isinstance(idx[0], tirx.Ramp) \
-                or not _is_one(idx[0].stride):
-            return None
-        got = _linear(_inline(idx[0].base, lets), loops)
-        return (tirx.BufferLoad(st.buffer, idx), name, got) if got and any(got[:-1]) else None
 
     def on_for(loop, mut):
         if not loops:

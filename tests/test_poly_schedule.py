@@ -807,6 +807,29 @@ def test_statements_sharing_only_inputs_fuse():
     assert not check_program(g, fused) and not check_program(g, apart)
 
 
+def test_a_sum_and_a_gradient_of_one_input_share_the_batch_loop():
+    """yolo's loss graphs (~3153): a loss sum (chunked, summed in lane partials, then its final
+    scalar sum) and an elementwise gradient, both of x and z. isl ran the gradient last, after
+    the final sum, so no merge could reach the sum's chunk loop, and their loops matched in no
+    position ((chunk, batch) against (batch, ...)). The gradient moves up beside the sum (no
+    dependence either way), and the member under which both read each element of x in one
+    iteration is found in any order: one parallel batch loop runs both, the gradient reading
+    what the sum just read."""
+    b = GraphBuilder("loss_and_grad")
+    shape = (8, 26, 26, 3, 2)
+    x, z = b.input("x", shape), b.input("z", shape)
+    w = b.input("w", shape[:-1] + (1,))
+    b.output((w * (b.maximum(x, 0.0) - x * z + b.log(b.exp(-b.abs(x)) + 1.0))).sum())
+    b.output((1.0 / (b.exp(-x) + 1.0) - z) * w)
+    g = b.build()
+    prog = akgpy.fuse(g, config=WIDE)
+    text = prog.explain()
+    part = re.search(r"parallel: part (\d+): member 0 \(i0 of S_Mul_\d+\)", text)
+    assert part, text[:3000]
+    assert re.search(rf"fusion: part {part[1]}\.\d+: .* of S_ReduceSum_\d+_lanes_init\)", text), text[:3000]
+    assert not check_program(g, prog)
+
+
 def test_long_rows_split_into_chunks_still_sum_in_vector_partials():
     """A row longer than one accumulation block (8192 > 2048) sums in chunks whose input index
     is chunk * 2048 + k; k still walks the input with stride 1, so the chunk's loop is split
@@ -1022,6 +1045,49 @@ def test_a_full_sum_to_a_scalar_sums_in_vector_partials(shape):
     text = prog.explain()
     assert re.search(r"rfactor\): \S+_partial\b", text), text[:2000]
     assert re.search(r"vector: \S+_partial_rf_update: innermost member split by \d+ lanes", text), text[:3000]
+    assert not check_program(g, prog)
+
+
+def _compacted_allocations(prog) -> dict[str, tuple[int, ...]]:
+    """Each local buffer's shape once TVM has placed it inside the loops that use it and cut it
+    to what one iteration of them touches (what the lowered kernel allocates)."""
+    from tvm import s_tir
+    mod = prog.kernels[0]._mod
+    for p in (s_tir.transform.PlanAndUpdateBufferAllocationLocation(), s_tir.transform.ConvertBlocksToOpaque(),
+              s_tir.transform.CompactBufferAllocation()):
+        mod = p(mod)
+    return {name: tuple(int(x) for x in shape.split(",") if x.strip())
+            for name, shape in re.findall(r"(\w+) = T.sblock_alloc_buffer\(\(([^)]*)\)", mod.script())}
+
+
+@pytest.mark.parametrize("scales", [(26,), (13,), (26, 13), (52, 26, 13)])
+def test_a_chunked_loss_sum_keeps_each_chunks_lane_partials_in_registers(scales):
+    """yolo's loss sums (~2380): a full sum of vector math over [batch, hw, hw, 3, 80], chunked
+    into one partial per (batch, row, 13 columns) and each partial split into 80 float64 lane
+    partials. isl answered with the chunk partials and the final sum in sequence under each
+    independent sum (read as no band: every statement ran its own loop nest; now read part by
+    part, `tree._top_groups`), or with the final sum folded into the chunk loops as a serial
+    band (its first member not every statement's dim: the same; now split, `parts.split_serial`).
+    Either way the lane partials of every chunk went through memory (~2380: 13.8 MB of float64
+    written and read back). Now each chunk's 80 lanes are one chunk's buffer, under parallel
+    chunk loops in storage order."""
+    b = GraphBuilder("loss_sums")
+    for n, hw in enumerate(scales):
+        shape = (8, hw, hw, 3, 80)
+        x, z = b.input(f"x{n}", shape), b.input(f"z{n}", shape)
+        w = b.input(f"w{n}", shape[:-1] + (1,))
+        b.output((w * (b.maximum(x, 0.0) - x * z + b.log(b.exp(-b.abs(x)) + 1.0))).sum())
+    g = b.build()
+    prog = akgpy.fuse(g, config=WIDE)
+    rf = {n: s for n, s in _compacted_allocations(prog).items() if n.endswith("_partial_rf")}
+    assert len(rf) == len(scales) and all(s == (1, 1, 1, 80) for s in rf.values()), rf
+    text = prog.explain()
+    assert len(re.findall(r"4 statement\(s\) fused under 3 shared loop\(s\) \(i\d, i\d, i\d of S_\w+_partial_rf_init",
+                          text)) == len(scales), text[:3000]
+    # the chunk loops in storage order, batch outermost and parallel (isl's order was (i1, i2, i0)
+    # for some; the lane sum, which reads no argument, had vetoed the reorder)
+    assert len(re.findall(r"parallel: part \d+: member 0 \(i0 of S_\w+_partial_rf_init\)", text)) == len(scales)
+    assert prog.kernels[0].tir.count("T.parallel(8)") == len(scales)
     assert not check_program(g, prog)
 
 

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from .access import extents, single_dim, stride1_dims
+from .access import array_size, extents, single_dim, stride1_dims
 from .deps import Deps
+from .isl_util import maps_of, sets_of
 from .model import PolyModel
 
 
@@ -34,6 +35,76 @@ class Merged:
     parts: list  # [(filter, isl's band of the part or None)], in isl's order
 
 
+def split_serial(model: PolyModel, deps: Deps, groups, notes: list[str]):
+    """`groups` with each part whose band isl made serial by folding in a reduction across its
+    first member (a chunked full sum's final scalar sum, run as each chunk is done) cut in two:
+    the statements that have that member as a dim of their own and carry no dependence along it,
+    under isl's band restricted to them (its coincidence recomputed for them: now parallel), then
+    the rest, each in its own nest (`_group` with no band). Only where some statement lacks the
+    member, which already kept `_group` from sharing any loop, and only when nothing in the
+    second half feeds the first. A [8, 26, 26, 3, 80] loss sum came back so: each statement ran
+    its own nest and the chunks' [8, 26, 13, 80] float64 lane partials went through memory."""
+    out = []
+    for filt, band in groups:
+        got = _split_serial(model, deps, filt, band)
+        if got:
+            tail = sorted(st.get_tuple_name() for st in sets_of(got[1][0]))
+            notes.append(f"fusion: isl's band over {len(sets_of(filt))} statements is serial in its first member, which "
+                         f"{', '.join(tail)} lack or carry a dependence along; they run after the rest, whose band "
+                         "is kept (its parallel members recomputed)")
+        out += got or [(filt, band)]
+    return out
+
+
+def _split_serial(model: PolyModel, deps: Deps, filt, band):
+    if band is None:
+        return None
+    mupa = band.band_get_partial_schedule()
+    first = mupa.get_at(0)
+    hits = member_dims(first)
+    if all(h is not None for h in hits.values()):
+        return None
+    step = isl.UnionMap.from_union_pw_aff(first)
+    zero = isl.UnionSet.read_from_str(model.ctx, "{ [0] }")
+
+    def carries(n: str) -> bool:
+        mine = isl.UnionSet.from_set(model.statement(n).domain)
+        own = deps.validity.intersect_domain(mine).intersect_range(mine)
+        return not own.apply_domain(step).apply_range(step).deltas().is_subset(zero)
+    head = [n for n, h in hits.items() if h is not None and not carries(n)]
+    if not head or len(head) == len(hits) or len({hits[n][1] for n in head}) != 1:
+        return None
+    head_set = _union(model, head)
+    tail_set = filt.subtract(head_set)
+    if not deps.validity.intersect_domain(tail_set).intersect_range(head_set).is_empty():
+        return None
+    # isl's bands nested right below this one, as one band: without the tail they may permute
+    n = band.band_n_member()
+    while band.n_children() == 1 and band.child(0).get_type() == isl.schedule_node_type.band:
+        band = band.child(0)
+        mupa, n = mupa.flat_range_product(band.band_get_partial_schedule()), n + band.band_n_member()
+    part = mupa.intersect_domain(head_set)
+    inner = deps.validity.intersect_domain(head_set).intersect_range(head_set)
+    gaps = inner.apply_domain(isl.UnionMap.from_multi_union_pw_aff(part)).apply_range(
+        isl.UnionMap.from_multi_union_pw_aff(part)).deltas()
+    ids = ", ".join(f"d{q}" for q in range(n))
+    ahead = isl.UnionSet.read_from_str(model.ctx, f"{{ [{ids}] : " + " and ".join(f"d{q} >= 0" for q in range(n)) + " }")
+    node = isl.Schedule.from_domain(head_set).get_root().child(0).insert_partial_schedule(part)
+    node = node.band_set_permutable(int(gaps.is_subset(ahead)))
+    for q in range(n):  # coincident: every dependence stays in one iteration of members 0..q
+        zeros = isl.UnionSet.read_from_str(model.ctx, f"{{ [{ids}] : " + " and ".join(f"d{k} = 0" for k in range(q + 1)) + " }")
+        node = node.band_member_set_coincident(q, int(gaps.is_subset(zeros)))
+    return [(head_set, node), (tail_set, None)]
+
+
+def _union(model: PolyModel, names) -> isl.UnionSet:
+    out = None
+    for n in names:
+        u = isl.UnionSet.from_set(model.statement(n).domain)
+        out = u if out is None else out.union(u)
+    return out
+
+
 def merge_parts(model: PolyModel, deps: Deps, groups, independent: bool):
     """isl sometimes runs a row-wise elementwise part and a row reduction that reads the same
     rows as two parts in sequence, each over all rows (bert's layernorm backward: its inputs
@@ -51,17 +122,40 @@ def merge_parts(model: PolyModel, deps: Deps, groups, independent: bool):
     neighbours first, then the independent ones into groups of one shared loop at most; the
     same, where a part does not join the group before it in fewer loops than it would share
     with the part after it (`ahead`)."""
-    def two_pass(ahead):
+    def two_pass(groups, ahead):
         out = _merge(model, deps, groups, False, ahead=ahead)
         return _merge(model, deps, out, True, light=True) if independent else out
-    # without independent merges the plain two-pass order is the one pass; `ahead` needs a part
-    # with neighbours on both sides
-    best = _merge(model, deps, groups, independent)
-    for ahead in ([False] if independent else []) + ([True] if len(groups) > 2 else []):
-        out = two_pass(ahead)
-        if _shared(out) > _shared(best):
-            best = out
+    best = None
+    for order in [groups] + ([moved] if independent and (moved := _beside_readers(model, deps, groups)) else []):
+        # without independent merges the plain two-pass order is the one pass; `ahead` needs a
+        # part with neighbours on both sides
+        for out in [_merge(model, deps, order, independent)] + [
+                two_pass(order, ahead) for ahead in ([False] if independent else []) + ([True] if len(order) > 2 else [])]:
+            if best is None or _shared(out) > _shared(best):
+                best = out
     return best
+
+
+def _beside_readers(model: PolyModel, deps: Deps, groups):
+    """`groups` with each part moved up to just after the nearest earlier part that reads an
+    input it reads, past parts it has no dependence with either way (their order is free); None
+    when no part moves. yolo's loss graphs (~3153) read their inputs in a sum's chunk loop and
+    again in an elementwise gradient, with the sum's final scalar reduction between them: as
+    neighbours the two can share their batch loop, and the gradient reads what the sum just read."""
+    out, moved = list(groups), False
+    for j in range(1, len(out)):
+        filt = out[j][0]
+        for i in range(j - 1, -1, -1):
+            other = out[i][0]
+            if not (deps.validity.intersect_domain(other).intersect_range(filt).is_empty()
+                    and deps.validity.intersect_domain(filt).intersect_range(other).is_empty()):
+                break
+            if _read_pairs(model, other, filt) is not None:
+                if i < j - 1:
+                    out.insert(i + 1, out.pop(j))
+                    moved = True
+                break
+    return out if moved else None
 
 
 def _shared(groups) -> int:
@@ -110,6 +204,17 @@ def _merge(model, deps, groups, independent: bool, ahead: bool = False, light: b
                 upas.append(got[0])
                 for n, d in got[1].items():
                     rows[n] = rows.get(n, ()) + (d,)
+            tie = _read_pairs(model, pfilt, filt) if not (upas or dependent or isinstance(prev, Merged)) else None
+            if tie is not None and not tie.is_empty():
+                # no member q of each part has one extent, but both read the same input: a member
+                # of each, in any order, under which every element both read is read in the same
+                # iteration (yolo ~3153: a sum's chunk loop (chunk, batch) and a gradient's
+                # (batch, ...) share the batch; the gradient re-reads the batch's inputs from L2)
+                bands = [(b, _order(b)) for _, b in parts] + [(band, _order(band))]
+                got = _shared_member(model, bands, 0, lambda upa, got: not _walks_stride1(model, rows, got)
+                                     and _same_iteration(model, deps, [upa], tie, pfilt, filt))
+                if got:
+                    upas, rows = [got[0]], {n: (d,) for n, d in got[1].items()}
             # an earlier merge of these parts may have shared fewer loops: keep that depth at most
             if isinstance(prev, Merged):
                 upas = upas[:len(prev.upas)]
@@ -119,6 +224,26 @@ def _merge(model, deps, groups, independent: bool, ahead: bool = False, light: b
             out[-1] = (pfilt.union(filt), Merged(upas, rows, [(f, b) for (f, _), b in zip(parts + [(filt, band)], aligned)]))
             continue
         out.append((filt, band))
+    return out
+
+
+def _read_pairs(model: PolyModel, before, after) -> isl.UnionMap | None:
+    """Instance pairs of the parts `before` and `after` that read one element of the largest
+    array both read, from `before` to `after`; None when they read no array in common. (Not
+    every shared input: a scalar or a broadcast row both read ties each instance to all.)"""
+    mine, theirs = _by_array(model.reads.intersect_domain(before)), _by_array(model.reads.intersect_domain(after))
+    common = sorted(set(mine) & set(theirs))
+    if not common:
+        return None
+    big = max(common, key=lambda a: array_size(maps_of(mine[a])[0]))
+    return mine[big].apply_range(theirs[big].reverse())
+
+
+def _by_array(um: isl.UnionMap) -> dict[str, isl.UnionMap]:
+    out: dict[str, isl.UnionMap] = {}
+    for m in maps_of(um):
+        name, u = m.get_tuple_name(isl.dim_type.out), isl.UnionMap.from_map(m)
+        out[name] = out[name].union(u) if name in out else u
     return out
 
 

@@ -44,7 +44,7 @@ from .scheduler import broadcasts
 from .deps import Deps
 from .access import array_size, big_accesses, extents, pow2_lanes, single_dim, stride1_dim, stride1_dims
 from .isl_util import maps_of, sets_of
-from .parts import Merged, member_dims, merge_parts
+from .parts import Merged, member_dims, merge_parts, split_serial
 from .model import PolyModel, Statement
 from .coalesce import coalesce_tail, extent_of
 from .columns import CHUNK_REGISTERS, chunk_rows, column_blocks, is_chunked_column_sum
@@ -106,22 +106,32 @@ class Coalesced:
 
 # -- reading isl's answer ----------------------------------------------------------------------
 
-def _top_groups(tree: isl.Schedule, first: isl.UnionSet | None = None) -> list[tuple[isl.UnionSet, isl.ScheduleNode | None]]:
-    """(statements, their first band) for each top-level part of isl's tree. `first`: the
-    broadcasts that poly/scheduler.py runs first; isl's answer for the rest, after them, may be
-    a set or sequence of parts, which are top-level parts too."""
+def _top_groups(tree: isl.Schedule) -> list[tuple[isl.UnionSet, isl.ScheduleNode | None]]:
+    """(statements, their first band) for each top-level part of isl's tree. A part that is
+    itself a sequence or set with no band above it is its children (the broadcasts that
+    poly/scheduler.py runs first, then isl's answer for the rest): no loop is shared across them,
+    and as parts of their own each keeps its band (yolo's loss sums ~2380: a row reduction's
+    vector partials and the final sum in sequence under each independent part; as one part
+    with no band, every statement ran its own loop nest and the [32, 52, 13, 80] float64
+    partials went through memory, 13.8 MB written and read back)."""
     node = tree.get_root().child(0)
     if node.get_type() == _T.band:
         return [(node.get_domain(), node)]
     if node.get_type() not in (_T.sequence, _T.set):
         return [(node.get_domain(), None)]
-    after = first is not None and _names(node.child(0).filter_get_filter()) == _names(first)
+    return _parts_below(node)
+
+
+def _parts_below(node) -> list[tuple[isl.UnionSet, isl.ScheduleNode | None]]:
+    """(filter, first band) of each child of the sequence or set `node`, a child that is a
+    sequence or set itself expanded into its own children, in order (a set's children run in
+    any order, so running them in sequence is legal)."""
     out = []
     for c in range(node.n_children()):
         f = node.child(c)
         inner = f.child(0) if f.n_children() else None
-        if c and after and inner is not None and inner.get_type() in (_T.sequence, _T.set):
-            out += [(inner.child(k).filter_get_filter(), _first_band(inner.child(k))) for k in range(inner.n_children())]
+        if inner is not None and inner.get_type() in (_T.sequence, _T.set):
+            out += _parts_below(inner)
         else:
             out.append((f.filter_get_filter(), _first_band(f)))
     return out
@@ -387,12 +397,13 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
 
 def shape(model: PolyModel, deps: Deps, tree: isl.Schedule, opts: TreeOptions) -> Shaped:
     first = broadcasts(model, deps)
-    groups = _top_groups(tree, first)
+    split: list[str] = []
+    groups = split_serial(model, deps, _top_groups(tree), split)
     serial = _names(first) if first is not None else set()
     merged = merge_parts(model, deps, groups, opts.input_fusion) if len(groups) > 1 else groups
     if len(merged) < len(groups):
         try:
-            shaped = _shape(model, deps, merged, opts, serial, [
+            shaped = _shape(model, deps, merged, opts, serial, [*split,
                 f"fusion: isl's {len(groups)} top-level parts share their outer loops (the same dims of "
                 f"every statement, no dependence across them); merged into {len(merged)}, each part's statements "
                 "run per iteration of them: "
@@ -401,7 +412,7 @@ def shape(model: PolyModel, deps: Deps, tree: isl.Schedule, opts: TreeOptions) -
             return shaped
         except IllegalSchedule:
             pass
-    shaped = _shape(model, deps, groups, opts, serial, [])
+    shaped = _shape(model, deps, groups, opts, serial, list(split))
     check_legal(shaped.schedule, deps)
     return shaped
 
@@ -745,6 +756,9 @@ def _storage_order(stmts, exprs, coincident, pinned, opts, notes, where):
     ups = [s for s in stmts if s.kind == "update"]
     if not ups or not all(_has_inner_loops(s, pinned) for s in ups):
         return exprs, coincident
+    # an update that reads only intermediates (a vector partial's final lane sum, ~2380) walks
+    # no memory the order could serve
+    ups = [s for s in ups if any(True for _ in _argument_reads(s, opts))]
     slots = [q for q, co in enumerate(coincident) if co]
     ranked = None
     for s in ups:

@@ -3,6 +3,7 @@
 
     akgpy          + broadcast operands' vector loads as a load and a shuffle (vector_loads),
                    float64 sums of float16 terms in float32 runs of up to 8 (sum_runs),
+                   float64 sums of a local buffer's lanes as vectors, then halved (lane_sums),
                    loop-carried vector updates of odd widths in register-sized chunks
                    (split_accumulators),
                    float max/min with numpy's NaN and -inf semantics (nan_extrema),
@@ -18,6 +19,7 @@ import tvm
 from tvm import tirx
 
 from .nan_extrema import nan_extrema
+from .lane_sums import lane_sums
 from .prefetch import prefetch_func
 from .split_accumulators import split_func
 from .stack_scratch import stack_scratch
@@ -34,7 +36,7 @@ def _factory(stream: bool):
         lower, finalize_host, finalize_device = default_s_tir_pipeline()
 
         def passes(f, _mod, _ctx):
-            f = prefetch_func(nan_extrema(split_func(sum_runs(shuffle_loads(f)))))
+            f = prefetch_func(nan_extrema(split_func(lane_sums(sum_runs(shuffle_loads(f))))))
             return stream_func(f) if stream else f
 
         @tvm.transform.module_pass(opt_level=0, name="akgpy.VectorPasses")

@@ -1570,8 +1570,12 @@ def test_fused_reduction_rows_walk_the_input_in_storage_order():
     g = akgpy.load_composite(path)
     prog = akgpy.fuse(g, config=WIDE)
     text = prog.kernels[0].explain()
+    # batch outermost: reordered in the sum's own band, or (since the gradient shares the sum's
+    # batch loop, parts.merge_parts) the shared loop, with the chunks inside it
     assert re.search(r"order: part \d+: fused members by their stride in \S+_lanes_update's largest read "
-                     r"\(the band is permutable\): \['i0', 'i1'\]", text), text[:3000]
+                     r"\(the band is permutable\): \['i0', 'i1'\]", text) or \
+        re.search(r"fusion: part \d+\.\d+: 2 statement\(s\) fused under 1 shared loop\(s\) \(i1 of \S+_lanes_init\)",
+                  text), text[:3000]
     assert re.search(r"parallel: part \d+: member 0 \(i0 of \S+_lanes_init\)", text), text[:3000]
     off = akgpy.fuse(g, config=akgpy.ScheduleConfig(stride1_innermost=False))
     assert "fused members by their stride" not in off.explain()

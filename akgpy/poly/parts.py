@@ -150,7 +150,7 @@ def _beside_readers(model: PolyModel, deps: Deps, groups):
             if not (deps.validity.intersect_domain(other).intersect_range(filt).is_empty()
                     and deps.validity.intersect_domain(filt).intersect_range(other).is_empty()):
                 break
-            if _read_pairs(model, other, filt) is not None:
+            if _read_arrays(model, other) & _read_arrays(model, filt):
                 if i < j - 1:
                     out.insert(i + 1, out.pop(j))
                     moved = True
@@ -237,6 +237,10 @@ def _read_pairs(model: PolyModel, before, after) -> isl.UnionMap | None:
         return None
     big = max(common, key=lambda a: array_size(maps_of(mine[a])[0]))
     return mine[big].apply_range(theirs[big].reverse())
+
+
+def _read_arrays(model: PolyModel, part) -> set[str]:
+    return {m.get_tuple_name(isl.dim_type.out) for m in maps_of(model.reads.intersect_domain(part))}
 
 
 def _by_array(um: isl.UnionMap) -> dict[str, isl.UnionMap]:

@@ -758,7 +758,7 @@ def _storage_order(stmts, exprs, coincident, pinned, opts, notes, where):
         return exprs, coincident
     # an update that reads only intermediates (a vector partial's final lane sum, ~2380) walks
     # no memory the order could serve
-    ups = [s for s in ups if any(True for _ in _argument_reads(s, opts))]
+    ups = [s for s in ups if next(_argument_reads(s, opts), None) is not None]
     if not ups:
         return exprs, coincident
     slots = [q for q, co in enumerate(coincident) if co]

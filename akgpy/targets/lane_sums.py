@@ -21,19 +21,13 @@ from __future__ import annotations
 
 import tvm_ffi
 from tvm import ir, tirx
-from tvm.sym import Analyzer
 
 from ..dtypes import vector_parts
 from ..schedule.transpose import _substitute
 from .rewrite import rewrite_each, update_parts
-from .sum_runs import _inlined, _pairwise, _uses
+from .sum_runs import _inlined, _pairwise, _uses, index_step
 
 LANES = (8, 4, 2)
-
-
-def _stride_one(index, var) -> bool:
-    step = Analyzer().simplify(_substitute(index, {var: var + 1}) - index)
-    return isinstance(step, tirx.IntImm) and int(step.value) == 1
 
 
 def _halved(v, lanes: int):
@@ -65,7 +59,7 @@ def _vector_sum(loop, local: set):
     acc, term, acc_first = parts
     if (not isinstance(term, ir.TensorLoad) or str(term.ty) != "float64" or len(term.indices) != 1
             or term.source.same_as(st.buffer) or str(term.source.data) not in local
-            or not _stride_one(term.indices[0], var)):
+            or index_step(term.indices[0], var) != 1):
         return None
     base = _substitute(term.indices[0], {var: tirx.IntImm(var.ty, 0)})
     chunks = [tirx.BufferLoad(term.source, [tirx.Ramp(base + lanes * j, 1, lanes)]) for j in range(n // lanes)]

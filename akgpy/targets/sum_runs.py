@@ -98,9 +98,14 @@ def _walks_its_row(load, var) -> bool:
     idx = list(load.indices)
     if len(idx) != 1 or not isinstance(idx[0], tirx.Ramp):
         return False
-    base = idx[0].base
-    step = Analyzer().simplify(_substitute(base, {var: var + 1}) - base)
-    return isinstance(step, tirx.IntImm) and abs(int(step.value)) == int(idx[0].lanes)
+    step = index_step(idx[0].base, var)
+    return step is not None and abs(step) == int(idx[0].lanes)
+
+
+def index_step(index, var) -> int | None:
+    """How far `index` moves when `var` grows by one, when that is a constant."""
+    step = Analyzer().simplify(_substitute(index, {var: var + 1}) - index)
+    return int(step.value) if isinstance(step, tirx.IntImm) else None
 
 
 def _pairwise(terms):

@@ -87,6 +87,21 @@ def test_tanh_edges():
     assert np.all(np.abs(np.abs(got[3:7]) - 1.0) <= 1e-6)
 
 
+def test_float16_tanh_rounds_as_numpy_for_every_float16_input():
+    """A float16 Tanh uses the lower-degree rational (fastmath.tanh_to_half): exhaustively, all
+    65536 float16 values (subnormals, +-0, +-inf, NaN) give numpy's float16 tanh bit for bit."""
+    x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).reshape(256, 256)
+    b = GraphBuilder("tanh16")
+    b.output(b.tanh(b.input("x", x.shape, "float16")))
+    prog = akgpy.fuse(b.build())
+    assert "5.0" in prog.kernels[0].tir  # the float16 clamp, not float32's 9
+    (got,) = prog(x)
+    want = np.tanh(x)
+    assert got.dtype == np.float16
+    same = (got.view(np.uint16) == want.view(np.uint16)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), (x[~same][:8], got[~same][:8], want[~same][:8])
+
+
 def test_tanh_and_erf_test_nothing_but_their_clamp():
     """NaN passes the clamp's selects and the rational carries it (test_tanh_edges,
     test_erf_accuracy_and_edges check the values): the two clamp selects are the only ones, no

@@ -37,16 +37,18 @@ def elementwise(fn: Callable) -> Callable:
     return build
 
 
-def math(vector_fn: Callable, libm_fn: Callable) -> Callable:
+def math(vector_fn: Callable, libm_fn: Callable, half_fn: Callable | None = None) -> Callable:
     """An elementwise builder using `vector_fn` (given the operand's value range, which lets it
-    skip special cases) when the Lowerer asks for vector math, else libm."""
+    skip special cases) when the Lowerer asks for vector math, else libm; `half_fn` in place of
+    `vector_fn` where the result is float16."""
     lib = elementwise(libm_fn)
 
     def build(lw: Lowerer, op: Op, ins: list[Operand], out: Tensor):
         if not getattr(lw, "vector_math", True):
             return lib(lw, op, ins, out)
         rng = lw.value_range(op.inputs[0])
-        return elementwise(lambda x: vector_fn(x, rng))(lw, op, ins, out)
+        fn = half_fn if half_fn is not None and out.dtype == "float16" else vector_fn
+        return elementwise(lambda x: fn(x, rng))(lw, op, ins, out)
     build.vector_math = True
     return build
 
@@ -523,7 +525,7 @@ def custom(lw, op, ins, out):
 E = elementwise
 BUILDERS: dict[str, Callable] = {
     "Neg": E(lambda x: -x), "Abs": E(tirx.abs), "Exp": math(fastmath.exp, te.exp), "Log": math(fastmath.log, te.log), "Sqrt": E(te.sqrt),
-    "Rsqrt": E(lambda x: _one(x) / te.sqrt(x)), "Reciprocal": E(lambda x: _div(_one(x), x)), "Tanh": math(fastmath.tanh, te.tanh),
+    "Rsqrt": E(lambda x: _one(x) / te.sqrt(x)), "Reciprocal": E(lambda x: _div(_one(x), x)), "Tanh": math(fastmath.tanh, te.tanh, fastmath.tanh_to_half),
     "Erf": E(fastmath.erf),
     "Add": E(lambda a, b: a + b), "TensorAdd": E(lambda a, b: a + b), "Sub": E(lambda a, b: a - b),
     "Mul": E(lambda a, b: fence(a * b)), "RealDiv": E(_div), "Maximum": extremum(True), "Minimum": extremum(False),

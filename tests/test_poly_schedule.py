@@ -206,6 +206,61 @@ def test_a_chunked_column_sum_adds_several_rows_a_step(dtype, math):
     assert not check_program(g, prog)
 
 
+def _gradient_and_its_column_sum(rows: int, cols: int, dtype: str):
+    """A bias gradient's shape: an elementwise chain over [rows, cols] (a graph output), and its
+    sum down the rows (bert's GELU backward ~0750)."""
+    b = GraphBuilder("grad_colsum")
+    x, dy = b.input("x", (rows, cols), dtype), b.input("dy", (rows, cols), dtype)
+    grad = dy * (b.tanh(x * 0.79) * 0.5 + 0.5)
+    b.output(grad)
+    b.output(b.reduce_sum(b.cast(grad, "float32") if dtype == "float16" else grad, axis=(0,)))
+    return b.build()
+
+
+def _nest_with(ast: str, names: list[str]) -> bool:
+    """Does one top-level loop nest of the isl AST (explain()) run every statement in `names`?"""
+    nests, depth, cur = [], 0, []
+    for line in ast.splitlines()[2:]:
+        cur.append(line)
+        depth += line.count("{") - line.count("}")
+        if depth == 0 and line.strip().startswith(("S_", "}")):
+            nests.append("\n".join(cur))
+            cur = []
+    return any(all(f"{n}(" in nest for n in names) for nest in nests)
+
+
+@pytest.mark.parametrize("dtype,rows,cols", [("float16", 2048, 2048), ("float32", 1024, 2560)])
+def test_a_column_sum_runs_block_by_block_beside_its_producer(dtype, rows, cols):
+    """The producer's rows in per-thread chunks of blocks; each block's rows computed, then
+    summed from cache into the chunk's partial row (prepass.chunk_column_sums, poly/chunks.py):
+    one nest under a parallel chunk loop, where the producer wrote its output and a second nest
+    read it back from memory (~0750: 0.79x, kernel alone, LLC flushed)."""
+    g = _gradient_and_its_column_sum(rows, cols, dtype)
+    prog = akgpy.fuse(g)
+    text = prog.explain()
+    assert re.search(r"column sums cut into per-chunk partials beside their producer \(rfactor\): \S+ of \S+", text), text[:3000]
+    assert "column sums run block by block beside their producer" in text, text[:3000]
+    ast = text.split("== isl AST")[1].split("== scheduled TIR")[0]
+    producer = re.search(r"with (S_\w+_rf_update)", text).group(1)
+    fused = re.search(r"block by block beside their producer \(.*\): (S_\w+) with", text).group(1)
+    assert _nest_with(ast, [fused, producer]), ast
+    assert re.search(r"// parallel\s+for \(int c0 = 0; c0 <= \d+; c0 \+= 1\)\s+for", ast), ast
+    # the partials sum a block's rows with a vector of columns outermost
+    assert re.search(rf"order: {producer}: vector blocks of \w+ outermost, the rows", text), text[:3000]
+    for _ in range(2):  # chunks run in parallel, each into its own partial row: a race shows as a wrong sum
+        assert not check_program(g, prog)
+
+
+@pytest.mark.parametrize("rows,cols", [(256, 512), (2039, 2048)])
+def test_a_small_or_indivisible_column_sum_is_not_chunked(rows, cols):
+    """Under 8 MiB of output (the caches keep it between the two nests) or with no chunk count
+    that divides the rows (2039 is prime), the sum stays a nest of its own, and correct."""
+    g = _gradient_and_its_column_sum(rows, cols, "float16")
+    prog = akgpy.fuse(g)
+    assert "beside their producer (rfactor): none" in prog.explain()
+    assert not check_program(g, prog)
+
+
 def test_fusion_depth_knob_unfuses_and_stays_correct():
     g = _softmax()
     fused = akgpy.fuse(g)

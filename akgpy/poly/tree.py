@@ -44,6 +44,7 @@ from .scheduler import broadcasts
 from .deps import Deps
 from .access import array_size, big_accesses, extents, pow2_lanes, single_dim, stride1_dim, stride1_dims
 from .isl_util import maps_of, sets_of
+from .chunks import chunked_groups
 from .parts import Merged, member_dims, merge_parts, split_serial
 from .model import PolyModel, Statement
 from .coalesce import coalesce_tail, extent_of
@@ -82,6 +83,9 @@ class TreeOptions:
     heavy: frozenset = frozenset()
     # statements chaining CHAIN_ROUNDINGS or more float16 roundings (schedule/poly.py)
     rounding_chains: frozenset = frozenset()
+    # column sums the prepass cut into per-chunk partials: partials block -> producer block
+    # (poly/chunks.py runs each block by block beside its producer)
+    chunked: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -361,7 +365,9 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
         exprs, coincident, tail = coalesce_tail(model, [s], exprs, coincident, opts, notes, s.name,
                                                  first=1 if opts.parallel and not pinned else 0)
         last = len(coincident) - 1
-    column = not pinned and last > 0 and not coincident[0]
+    # a chunked sum's partials (poly/chunks.py) sum a block of rows under their shared loops as a
+    # column reduction does all of them: a vector of columns outermost, the rows inside
+    column = (not pinned or s.block in opts.chunked) and last > 0 and not coincident[0]
     chunked = not pinned and is_chunked_column_sum(s, coincident, last, opts)
     widen = None
     if column:
@@ -380,8 +386,8 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
         exprs[s.name].insert(0, exprs[s.name].pop(last))
         coincident.insert(0, coincident.pop(last))
         isolate = {0: isolate[last]} if last in isolate else {}
-        notes.append(f"order: {s.name}: vector blocks of {s.dims[dims[last]]} outermost (parallel), "
-                     "the reduction inside")
+        notes.append(f"order: {s.name}: vector blocks of {s.dims[dims[last]]} outermost"
+                     + (", the rows of the shared loops' block inside" if pinned else " (parallel), the reduction inside"))
     if split and chunked:
         chunk_rows(model, s, exprs, coincident, isolate, notes)
     if split:
@@ -400,6 +406,15 @@ def shape(model: PolyModel, deps: Deps, tree: isl.Schedule, opts: TreeOptions) -
     split: list[str] = []
     groups = split_serial(model, deps, _top_groups(tree), split)
     serial = _names(first) if first is not None else set()
+    if opts.chunked:
+        blocked = chunked_groups(model, groups, opts.chunked, split)
+        if blocked is not None:
+            try:
+                shaped = _shape(model, deps, blocked, opts, serial, list(split))
+                check_legal(shaped.schedule, deps)
+                return shaped
+            except IllegalSchedule:
+                split.append("fusion: the block-by-block column sums failed the legality check; isl's parts used")
     merged = merge_parts(model, deps, groups, opts.input_fusion) if len(groups) > 1 else groups
     if len(merged) < len(groups):
         try:

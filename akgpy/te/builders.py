@@ -524,7 +524,7 @@ def custom(lw, op, ins, out):
 
 E = elementwise
 BUILDERS: dict[str, Callable] = {
-    "Neg": E(lambda x: -x), "Abs": E(tirx.abs), "Exp": math(fastmath.exp, te.exp), "Log": math(fastmath.log, te.log), "Sqrt": E(te.sqrt),
+    "Neg": E(lambda x: -x), "Abs": E(tirx.abs), "Exp": math(fastmath.exp, te.exp, fastmath.exp_to_half), "Log": math(fastmath.log, te.log), "Sqrt": E(te.sqrt),
     "Rsqrt": E(lambda x: _one(x) / te.sqrt(x)), "Reciprocal": E(lambda x: _div(_one(x), x)), "Tanh": math(fastmath.tanh, te.tanh, fastmath.tanh_to_half),
     "Erf": E(fastmath.erf),
     "Add": E(lambda a, b: a + b), "TensorAdd": E(lambda a, b: a + b), "Sub": E(lambda a, b: a - b),

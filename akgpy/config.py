@@ -22,8 +22,20 @@ NUM_THREADS = Flag("TVM_NUM_THREADS", "", "CPU threads for kernels; akgpy defaul
 FLAGS = {f.name: f for f in (DUMP, NUM_THREADS)}
 
 
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def init_threads() -> None:
     """TVM's pool size is read once when the runtime starts; default it to every core here."""
     if "TVM_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in os.environ:
-        os.environ["TVM_NUM_THREADS"] = str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                                            else os.cpu_count() or 1)
+        os.environ["TVM_NUM_THREADS"] = str(_cores())
+
+
+def threads() -> int:
+    """The threads kernels will run on: the user's TVM_NUM_THREADS or OMP_NUM_THREADS, else every core."""
+    for name in ("TVM_NUM_THREADS", "OMP_NUM_THREADS"):
+        v = os.environ.get(name, "")
+        if v.isdigit() and int(v) > 0:
+            return int(v)
+    return _cores()

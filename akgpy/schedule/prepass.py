@@ -10,12 +10,12 @@ its poly pass do): they change *which statements exist*, which a schedule cannot
 """
 from __future__ import annotations
 
-import os
 from math import prod
 
 from tvm import ir, s_tir, tirx
 from tvm_ffi import structural_walk
 
+from ..config import threads
 from ..te import fastmath
 from .config import ScheduleConfig
 from .plain import contiguous_iter, tvm_dtype_bits
@@ -146,14 +146,6 @@ MIN_BLOCK_ROWS = 8  # rows summed per visit of the partials: the sum's runs (tar
 MIN_CHUNKED_BYTES = 8 << 20
 
 
-def threads() -> int:
-    for name in ("TVM_NUM_THREADS", "OMP_NUM_THREADS"):
-        v = os.environ.get(name, "")
-        if v.isdigit() and int(v) > 0:
-            return int(v)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def _producer(sch, names: list[str], buf):
     """The block among `names` writing `buf` element by element (its iter vars are the indices)."""
     for name in names:
@@ -175,8 +167,8 @@ def _producer(sch, names: list[str], buf):
 
 
 def _column_sum(sch, name: str, names: list[str]):
-    """(producer name, rows) when block `name` sums a kept producer's output down its first dim
-    (out[j...] = sum_k P[k, j...], P computed by a block of `names`), else None."""
+    """(producer name, producer block, rows) when block `name` sums a kept producer's output down
+    its first dim (out[j...] = sum_k P[k, j...], P computed by a block of `names`), else None."""
     blk = sch.get(sch.get_sblock(name))
     kinds = [int(iv.iter_type) for iv in blk.iter_vars]
     if blk.init is None or len(blk.writes) != 1 or kinds.count(2) != 1:
@@ -185,7 +177,7 @@ def _column_sum(sch, name: str, names: list[str]):
     loads = []
     structural_walk(blk.body, [(ir.TensorLoad, loads.append)])
     src = [ld for ld in loads if not ld.source.same_as(acc)]
-    if len(src) != 1 or len({ld.source.__chandle__() for ld in src}) != 1:
+    if len(src) != 1:
         return None
     ld = src[0]
     k = blk.iter_vars[kinds.index(2)].var
@@ -229,7 +221,7 @@ def chunk_column_sums(sch, names: list[str], roles: dict[str, str], cfg: Schedul
                      if per % r == 0 and r * row_bytes <= BLOCK_BYTES), default=0)
         if not block or per // block < 2:
             continue
-        try:
+        try:  # both steps are legal on their own: a failure of the second leaves a plain rfactor
             blk = sch.get_sblock(name)
             loops = sch.get_loops(blk)
             kinds = [int(iv.iter_type) for iv in sch.get(blk).iter_vars]

@@ -96,7 +96,8 @@ def test_float16_tanh_rounds_as_numpy_for_every_float16_input():
     prog = akgpy.fuse(b.build())
     assert "5.0" in prog.kernels[0].tir  # the float16 clamp, not float32's 9
     (got,) = prog(x)
-    want = np.tanh(x)
+    with np.errstate(invalid="ignore"):  # NaN inputs
+        want = np.tanh(x)
     assert got.dtype == np.float16
     same = (got.view(np.uint16) == want.view(np.uint16)) | (np.isnan(got) & np.isnan(want))
     assert same.all(), (x[~same][:8], got[~same][:8], want[~same][:8])
@@ -113,7 +114,8 @@ def test_float16_exp_is_within_an_ulp_of_numpy_for_every_float16_input():
     prog = akgpy.fuse(b.build())
     assert "-18.0" in prog.kernels[0].tir  # the float16 clamp, not float32's overflow handling
     (got,) = prog(x)
-    want = np.exp(x)
+    with np.errstate(over="ignore", invalid="ignore"):  # inf where float16 overflows; NaN inputs
+        want = np.exp(x)
     assert got.dtype == np.float16
     nan = np.isnan(want)
     assert (np.isnan(got) == nan).all()

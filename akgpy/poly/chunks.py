@@ -21,7 +21,7 @@ import islpy as isl
 
 from .isl_util import sets_of
 from .model import PolyModel
-from .parts import Merged
+from .parts import Merged, union_of
 
 
 def _upa(model: PolyModel, members: dict[str, int]) -> isl.UnionPwAff:
@@ -31,13 +31,6 @@ def _upa(model: PolyModel, members: dict[str, int]) -> isl.UnionPwAff:
         s = model.statement(name)
         pieces.append(f"{s.name}[{', '.join(s.dims)}] -> [({s.dims[d]})]")
     return isl.UnionPwAff(f"{{ {'; '.join(pieces)} }}", context=model.ctx)
-
-
-def _union(sets) -> isl.UnionSet:
-    out = isl.UnionSet.from_set(sets[0])
-    for st in sets[1:]:
-        out = out.union(isl.UnionSet.from_set(st))
-    return out
 
 
 def _statements(model: PolyModel, producer: str, partials: str):
@@ -68,26 +61,26 @@ def chunked_groups(model: PolyModel, groups, chunked: dict[str, str], notes: lis
             continue
         kept = []
         for k, (f, band) in enumerate(out):
-            left = [st for st in sets_of(f) if st.get_tuple_name() not in names]
-            if len(left) == len(sets_of(f)):
+            here = [st.get_tuple_name() for st in sets_of(f)]
+            left = [n for n in here if n not in names]
+            if len(left) == len(here):
                 kept.append((f, band))
                 continue
             # the part's other statements run before the three or after them, as the program
             # orders them; isl's band still fits each half (its members are per statement)
-            before = [st for st in left if model.statement(st.get_tuple_name()).position < p.position]
-            after = [st for st in left if model.statement(st.get_tuple_name()).position >= p.position]
+            before = [n for n in left if model.statement(n).position < p.position]
+            after = [n for n in left if model.statement(n).position >= p.position]
             if before:
-                kept.append((_union(before), band))
+                kept.append((union_of(model, before), band))
             if k == at:
-                kept.append((isl.UnionSet.from_set(i.domain), None))
+                kept.append((union_of(model, [i.name]), None))
                 # U's dims: chunk, the columns, block, row (rfactor's order); P's: chunk, block, row, columns
                 upas = [_upa(model, {p.name: 0, u.name: 0}), _upa(model, {p.name: 1, u.name: len(u.dims) - 2})]
-                both = isl.UnionSet.from_set(p.domain).union(isl.UnionSet.from_set(u.domain))
-                kept.append((both, Merged(upas, {p.name: (0, 1), u.name: (0, len(u.dims) - 2)},
-                                          [(isl.UnionSet.from_set(p.domain), None),
-                                           (isl.UnionSet.from_set(u.domain), None)])))
+                kept.append((union_of(model, [p.name, u.name]), Merged(
+                    upas, {p.name: (0, 1), u.name: (0, len(u.dims) - 2)},
+                    [(union_of(model, [p.name]), None), (union_of(model, [u.name]), None)])))
             if after:
-                kept.append((_union(after), band))
+                kept.append((union_of(model, after), band))
         out = kept
         done.append(f"{p.name} with {u.name}")
     if not done:

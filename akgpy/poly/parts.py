@@ -74,7 +74,7 @@ def _split_serial(model: PolyModel, deps: Deps, filt, band):
     head = [n for n, h in hits.items() if h is not None and not carries(n)]
     if not head or len(head) == len(hits) or len({hits[n][1] for n in head}) != 1:
         return None
-    head_set = _union(model, head)
+    head_set = union_of(model, head)
     tail_set = filt.subtract(head_set)
     if not deps.validity.intersect_domain(tail_set).intersect_range(head_set).is_empty():
         return None
@@ -97,7 +97,8 @@ def _split_serial(model: PolyModel, deps: Deps, filt, band):
     return [(head_set, node), (tail_set, None)]
 
 
-def _union(model: PolyModel, names) -> isl.UnionSet:
+def union_of(model: PolyModel, names) -> isl.UnionSet:
+    """The domains of the statements `names`, as one union set."""
     out = None
     for n in names:
         u = isl.UnionSet.from_set(model.statement(n).domain)

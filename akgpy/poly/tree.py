@@ -403,22 +403,22 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
 
 def shape(model: PolyModel, deps: Deps, tree: isl.Schedule, opts: TreeOptions) -> Shaped:
     first = broadcasts(model, deps)
-    split: list[str] = []
-    groups = split_serial(model, deps, _top_groups(tree), split)
+    notes: list[str] = []
+    groups = split_serial(model, deps, _top_groups(tree), notes)
     serial = _names(first) if first is not None else set()
     if opts.chunked:
-        blocked = chunked_groups(model, groups, opts.chunked, split)
+        blocked = chunked_groups(model, groups, opts.chunked, notes)
         if blocked is not None:
             try:
-                shaped = _shape(model, deps, blocked, opts, serial, list(split))
+                shaped = _shape(model, deps, blocked, opts, serial, list(notes))
                 check_legal(shaped.schedule, deps)
                 return shaped
             except IllegalSchedule:
-                split.append("fusion: the block-by-block column sums failed the legality check; isl's parts used")
+                notes.append("fusion: the block-by-block column sums failed the legality check; isl's parts used")
     merged = merge_parts(model, deps, groups, opts.input_fusion) if len(groups) > 1 else groups
     if len(merged) < len(groups):
         try:
-            shaped = _shape(model, deps, merged, opts, serial, [*split,
+            shaped = _shape(model, deps, merged, opts, serial, [*notes,
                 f"fusion: isl's {len(groups)} top-level parts share their outer loops (the same dims of "
                 f"every statement, no dependence across them); merged into {len(merged)}, each part's statements "
                 "run per iteration of them: "
@@ -427,7 +427,7 @@ def shape(model: PolyModel, deps: Deps, tree: isl.Schedule, opts: TreeOptions) -
             return shaped
         except IllegalSchedule:
             pass
-    shaped = _shape(model, deps, groups, opts, serial, list(split))
+    shaped = _shape(model, deps, groups, opts, serial, list(notes))
     check_legal(shaped.schedule, deps)
     return shaped
 

@@ -106,7 +106,7 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
                + (", ".join(inlined) or "none"),
                "row reductions split into vector partial sums (rfactor): " + (", ".join(rfactored) or "none"),
                "column sums cut into per-chunk partials beside their producer (rfactor): "
-               + (", ".join(f"{r[:-3]} of {p}" for r, p in chunked.items()) or "none"),
+               + (", ".join(f"{r} of {p}" for r, p in chunked.items()) or "none"),
                math_note,
                "== decisions (" + passes + ")", *notes, *(f"codegen: {n}" for n in codegen_notes),
                describe(model, deps, tree).replace("== schedule tree", "== isl schedule tree (before passes)"),

@@ -73,14 +73,14 @@ def _exp(x, high, low):
     # (compare, blend) was 2 of ~25 vector ops; yolo's loss ~2380 0.90x, ~3153 0.94x, ~6853 1.01x
     xc = tirx.Select(x > _c(88.72283935546875), _c(88.72283935546875), x) if high else x
     xc = tirx.Select(xc < _c(-88.3762626647949), _c(-88.3762626647949), xc) if low else xc
-    return _let(xc, lambda xc: _let(xc * _c(1.44269504088896341) + _c(EXP_MAGIC),
-                                    lambda t: _exp_reduced(x, xc, t, high)))
+    return _let(xc, lambda xc: _exp_clamped(x, xc, high, _EXP_P))
 
 
-def _exp_reduced(x, xc, t, high):
-    return _let(t - _c(EXP_MAGIC), lambda n: _let(
+def _exp_clamped(x, xc, high, coeffs):
+    """exp of the clamped xc with the polynomial `coeffs`; `high`: x may overflow float32."""
+    return _let(xc * _c(1.44269504088896341) + _c(EXP_MAGIC), lambda t: _let(t - _c(EXP_MAGIC), lambda n: _let(
         xc - n * _c(0.693359375) - n * _c(-2.12194440e-4),  # ln 2 in two parts: r is exact
-        lambda r: _exp_poly(x, t, r, high)))
+        lambda r: _exp_poly(x, t, r, high, coeffs))))
 
 
 # 1 + r (1 + r P(r)) on |r| <= ln(2)/2, one Horner chain (the extra rounding of 1 + r P weighs
@@ -91,8 +91,8 @@ _EXP_P = (1.38145379426601e-3, 8.368745365166054e-3, 4.166839083378296e-2, 1.666
           4.9999993431871365e-1)
 
 
-def _exp_poly(x, t, r, high):
-    y = _horner(_EXP_P + (1.0, 1.0), r)
+def _exp_poly(x, t, r, high, coeffs):
+    y = _horner(coeffs + (1.0, 1.0), r)
     bits = tirx.reinterpret("int32", t)
     # n = 128 (x just below ln(FLT_MAX)) is 2^127 * 2: its exponent field would read as inf
     e = tirx.min(bits, _i(_EXP_MAGIC_BITS + 127)) if high else bits
@@ -123,10 +123,8 @@ def exp_to_half(x, rng=None):
 
     def body(x):
         xc = tirx.Select(x > _c(EXP_HALF_HIGH), _c(EXP_HALF_HIGH), x) if high else x
-        return _let(tirx.Select(xc < _c(EXP_HALF_LOW), _c(EXP_HALF_LOW), xc) if low else xc, lambda xc: _let(
-            xc * _c(1.44269504088896341) + _c(EXP_MAGIC), lambda t: _let(t - _c(EXP_MAGIC), lambda n: _let(
-                xc - n * _c(0.693359375) - n * _c(-2.12194440e-4), lambda r: _horner(_EXP_HALF_P + (1.0, 1.0), r)
-                * tirx.reinterpret(F32, tirx.shift_left(tirx.reinterpret("int32", t), _i(23)))))))
+        xc = tirx.Select(xc < _c(EXP_HALF_LOW), _c(EXP_HALF_LOW), xc) if low else xc
+        return _let(xc, lambda xc: _exp_clamped(x, xc, False, _EXP_HALF_P))
     return _let(x, body)
 
 
@@ -138,11 +136,15 @@ _TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.8
 def tanh(x, rng=None):
     """tanh(x); the clamp to [-9, 9] (where tanh is +-1 in float32) is dropped when `rng` proves
     x inside it."""
+    return _tanh_clamped(x, rng, 9.0, _TANH_P, _TANH_Q)
+
+
+def _tanh_clamped(x, rng, bound: float, p, q):
     if _dtype(x) != F32:
         return te.tanh(x)
-    inside = rng is not None and rng.within(-9.0, 9.0)
-    return _let(x, lambda x: _let(x if inside else _clamp(x, 9.0),
-                                  lambda xc: _let(xc * xc, lambda x2: _tanh(xc, x2))))
+    inside = rng is not None and rng.within(-bound, bound)
+    return _let(x, lambda x: _let(x if inside else _clamp(x, bound),
+                                  lambda xc: _let(xc * xc, lambda x2: _tanh(xc, x2, p, q))))
 
 
 def _clamp(x, bound: float):
@@ -165,7 +167,7 @@ def _horner(coeffs, x, const=_c):
 # not move), and akgpy tested x for NaN, which the clamp's selects now pass: 5 of the ~19 vector
 # ops a float32 tanh was (compare, and, blend twice). Kernel alone, interleaved, 2 threads: bert
 # GELU ~8645 0.89x, GELU backward ~0750 0.91x (one thread, 64 rows in cache: 0.89x, 0.92x)
-def _tanh(xc, x2, p=_TANH_P, q=_TANH_Q):
+def _tanh(xc, x2, p, q):
     return xc * _horner(p, x2) / _horner(q, x2)
 
 
@@ -183,11 +185,7 @@ _TANH_HALF_Q = (1.6904179782249737e-04, 2.211507439165192e-02, 4.588151490235795
 
 def tanh_to_half(x, rng=None):
     """tanh(x) for a result rounded to float16 (x a widened float16 value)."""
-    if _dtype(x) != F32:
-        return te.tanh(x)
-    inside = rng is not None and rng.within(-TANH_HALF_BOUND, TANH_HALF_BOUND)
-    return _let(x, lambda x: _let(x if inside else _clamp(x, TANH_HALF_BOUND), lambda xc: _let(
-        xc * xc, lambda x2: _tanh(xc, x2, _TANH_HALF_P, _TANH_HALF_Q))))
+    return _tanh_clamped(x, rng, TANH_HALF_BOUND, _TANH_HALF_P, _TANH_HALF_Q)
 
 
 # log(1 + m) = m - m^2 / 2 + m^3 P(m) on [sqrt(1/2) - 1, sqrt(2) - 1]: P of degree 7, a minimax fit

@@ -33,8 +33,18 @@ anyway, and each run's first lines came from memory as they were needed: yolo's 
 next step's rows prefetched (kernel alone, LLC flushed, interleaved A/B, 2 threads); the 34
 corpus graphs this changes, all transposes, 0.60-1.05x (geomean 0.81; docs/poly.md). Long
 rows of a register transpose (yolo's 52 x 52 planes, 5.4 KiB) get no prefetch: the hardware's
-prefetchers follow them, and prefetching along them cost 1.14-1.16x; nor do let-bound reads of
-computing stores (TVM's common subexpressions: yolo's loss ~2380 1.03-1.05x slower with them).
+prefetchers follow them, and prefetching along them cost 1.14-1.16x.
+
+A store that computes counts the loads of the let-bound values it uses as its own: TVM binds
+common subexpressions to variables, and a float64 sum binds its widened term once for the
+stores that add its parts into their lanes, so the loss loops of yolo's ~2380 and ~3153 (exp,
+log and a float64 sum per element) had no prefetch at all. Kernel alone, LLC flushed,
+interleaved, 2 threads: ~2380 0.80-0.81x (also with the inputs cached), ~3153 0.90x (1.00x
+cached); an earlier measurement had read ~2380 1.03-1.05x slower with them, which two A/Bs
+here did not reproduce. A region counts as read before under whichever view it was read:
+flattening declares a view of an argument per loop nest (input_0_flat0, input_0_flat1), and
+yolo's ~5495 reads three inputs in a reduction after an elementwise loop read them; taken for
+other memory, they cost 11 needless prefetches and 1.04x.
 
 Stores get the same look-ahead as a write prefetch (PREFETCHW): a line written that is not in
 cache is first read for ownership, and a loop heavy in arithmetic keeps few of those reads in
@@ -64,6 +74,7 @@ from .stream_stores import _forward, _inline, _is_one, _linear
 from .vector_loads import _lanes
 
 LINE = 64
+_BUFFER_DATA = tvm.ir.Op.get("tirx.buffer_data")
 MAX_LINES = 8  # per load: a register chain of 128 float16 lanes spans 4 lines
 REUSED_BYTES = 32 << 10  # a read spanning less than L1 over the whole nest stays cached: a bias row
 REREAD_BYTES = 256 << 10  # what an earlier loop of the same iteration read is still cached below this
@@ -105,6 +116,20 @@ def _copied(value, lets):
     return bound if go(value, False) else None
 
 
+def _bound_loads(value, lets) -> list:
+    """The loads in the let-bound values that `value` uses, directly or through other let-bound
+    values: TVM binds common subexpressions to variables, and a float64 sum binds its widened
+    term (`acc_in`) once for the several stores that add its parts into their lanes."""
+    found, seen = [], []
+
+    def on_var(v) -> None:
+        if v in lets and not any(v.same_as(s) for s in seen):
+            seen.append(v)
+            tvm_ffi.structural_walk(lets[v], [(ir.TensorLoad, found.append), (tirx.Var, on_var)])
+    tvm_ffi.structural_walk(value, [(tirx.Var, on_var)])
+    return found
+
+
 def _next_run(got, loops, el, group, distance):
     """Elements ahead for a read whose innermost loop walks a run shorter than `distance` that
     the enclosing loop does not continue (a row of a tile: a transpose reads 9 rows of 1 KiB per
@@ -139,8 +164,25 @@ def prefetch_func(func):
     distance = int((func.attrs or {}).get(ATTR, 0) or 0)
     if distance <= 0:
         return func
+    parent: dict = {}  # a view's buffer name -> the name of the buffer it views
+
+    def on_decl(d) -> None:
+        if isinstance(d.data, ir.Call) and d.data.op.same_as(_BUFFER_DATA) and str(d.data.args[0]) != d.buffer.name:
+            parent[d.buffer.name] = str(d.data.args[0])
+    tvm_ffi.structural_walk(func.body, [(tirx.DeclBuffer, on_decl)])
+
+    def named(buf) -> str:
+        """The name of the memory `buf` is: flattening declares a view of each argument per loop
+        nest (input_0_flat0, input_0_flat1), and a region read through one is still cached when
+        read through another."""
+        name, seen = buf.name, set()
+        while name in parent and name not in seen:
+            seen.add(name)
+            name = parent[name]
+        return name
+
     local, lets = set(), let_values(func.body)
-    tvm_ffi.structural_walk(func.body, [(tirx.AllocBuffer, lambda a: local.add(str(a.buffer.data)))])
+    tvm_ffi.structural_walk(func.body, [(tirx.AllocBuffer, lambda a: local.add(named(a.buffer)))])
     # outputs that may stream (targets/stream_stores.py; a prefetch would read them back into the
     # cache and stop it): those marked and not read by the function once stream_stores has
     # forwarded the reads of just-stored vectors
@@ -158,9 +200,9 @@ def prefetch_func(func):
     def walk(buf, indices, skip: set):
         """(buffer name, linear coefficients of the access's start) of a stride-1 vector access
         to a kernel argument not in `skip`, else None."""
-        idx, name = list(indices), str(buf.data)
+        idx, name, raw = list(indices), named(buf), str(buf.data)
         if (len(idx) != 1 or not isinstance(idx[0], tirx.Ramp) or not _is_one(idx[0].stride)
-                or name in local or name in skip):
+                or {name, raw} & local or {name, raw} & skip):
             return None
         return name, _linear(_inline(idx[0].base, lets), loops)
 
@@ -211,6 +253,8 @@ def prefetch_func(func):
         bound = _copied(st.value, lets)
         if bound is not None:  # a copy: its let-bound loads too (prefetched only as short runs)
             loads += [(ld, True) for ld in bound]
+        else:  # a computation: the loads of the let-bound terms it uses count as its own
+            loads += [(ld, False) for ld in _bound_loads(st.value, lets)]
         walks = [(ld, w, via) for ld, via in loads if (w := walk(ld.source, ld.indices, written)) is not None and w[1]]
         offsets: dict = {}  # (buffer, loop coefficients) -> the distinct offsets read with them
         for _, (name, got), _ in walks:
@@ -227,7 +271,7 @@ def prefetch_func(func):
     def on_for(loop, mut):
         if not loops:
             written.clear()
-            tvm_ffi.structural_walk(loop.body, [(tirx.BufferStore, lambda st: written.add(str(st.buffer.data)))])
+            tvm_ffi.structural_walk(loop.body, [(tirx.BufferStore, lambda st: written.add(named(st.buffer)))])
         loops.append((loop.loop_var, loop.extent))
         frames.append(_Frame())
         new = mut.default_mutate(loop)

@@ -74,10 +74,10 @@ from .stream_stores import _forward, _inline, _is_one, _linear
 from .vector_loads import _lanes
 
 LINE = 64
-_BUFFER_DATA = tvm.ir.Op.get("tirx.buffer_data")
 MAX_LINES = 8  # per load: a register chain of 128 float16 lanes spans 4 lines
 REUSED_BYTES = 32 << 10  # a read spanning less than L1 over the whole nest stays cached: a bias row
 REREAD_BYTES = 256 << 10  # what an earlier loop of the same iteration read is still cached below this
+_BUFFER_DATA = tvm.ir.Op.get("tirx.buffer_data")  # a view's data: that of the buffer it views
 
 
 def _span(coeffs, loops) -> float:
@@ -167,8 +167,10 @@ def prefetch_func(func):
     parent: dict = {}  # a view's buffer name -> the name of the buffer it views
 
     def on_decl(d) -> None:
-        if isinstance(d.data, ir.Call) and d.data.op.same_as(_BUFFER_DATA) and str(d.data.args[0]) != d.buffer.name:
-            parent[d.buffer.name] = str(d.data.args[0])
+        if isinstance(d.data, ir.Call) and d.data.op.same_as(_BUFFER_DATA):
+            viewed = str(d.data.args[0])
+            if viewed != d.buffer.name:
+                parent[d.buffer.name] = viewed
     tvm_ffi.structural_walk(func.body, [(tirx.DeclBuffer, on_decl)])
 
     def named(buf) -> str:
@@ -200,9 +202,10 @@ def prefetch_func(func):
     def walk(buf, indices, skip: set):
         """(buffer name, linear coefficients of the access's start) of a stride-1 vector access
         to a kernel argument not in `skip`, else None."""
-        idx, name, raw = list(indices), named(buf), str(buf.data)
+        idx, name = list(indices), named(buf)
+        # the stream marks (`streams`) name the buffer's own data
         if (len(idx) != 1 or not isinstance(idx[0], tirx.Ramp) or not _is_one(idx[0].stride)
-                or {name, raw} & local or {name, raw} & skip):
+                or name in local or name in skip or str(buf.data) in skip):
             return None
         return name, _linear(_inline(idx[0].base, lets), loops)
 

@@ -1149,6 +1149,28 @@ def test_a_chunked_loss_sum_keeps_each_chunks_lane_partials_in_registers(scales)
     assert not check_program(g, prog)
 
 
+def test_a_split_serial_band_schedules_each_statement_once():
+    """A band isl made serial in its first member is cut in two (`parts.split_serial`): the
+    statements that carry nothing along it, then the rest. isl's filters name whole statement
+    spaces, and the rest was the filter minus the first half's domains: a statement of the first
+    half stayed in it over the complement of its domain, empty, and a later pass scheduled it
+    there too (coalesced, 18 lanes) while the first half kept its three loops. The loop nest
+    came from the first, the loop bindings from the second: a float16 cast of 36 elements
+    wrote indices up to 57 and left 30 unwritten (found by the hypothesis test, seed 1959)."""
+    b = GraphBuilder("split_serial_once")
+    x = b.input("x0", (4, 3, 3))
+    top = b.reduce_max(x + (-1.25), [2, 1, 0], False).reshape((1,))
+    b.output(x.astype("float16"), top)
+    g = b.build()
+    prog = akgpy.fuse(g, schedule="poly")
+    text = prog.explain()
+    split = [ln for ln in text.splitlines() if "serial in its first member" in ln and "_tail_init" in ln]
+    assert len(split) == 1 and "S_Cast" not in split[0], text[:3000]  # the cast is not in the rest
+    after = text.split("== schedule tree (after passes)")[1].split("== isl AST")[0]
+    assert len(re.findall(r"filter \{ S_Cast_\d+\[", after)) == 1, after
+    assert not check_program(g, prog)
+
+
 @pytest.mark.parametrize("shape,perm,dtype,cast,tile", [
     ((16, 9, 512), (0, 2, 1), "float16", None, "32 x 9"),  # rows of 9: each tile's output is one block
     ((4, 3, 3, 256), (0, 3, 1, 2), "float16", None, "32 x 9"),  # yolo's [.., 3, 3, 512] pattern

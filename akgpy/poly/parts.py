@@ -75,7 +75,10 @@ def _split_serial(model: PolyModel, deps: Deps, filt, band):
     if not head or len(head) == len(hits) or len({hits[n][1] for n in head}) != 1:
         return None
     head_set = union_of(model, head)
-    tail_set = filt.subtract(head_set)
+    # isl's filters name whole statement spaces: subtracted from one, the head's domains would
+    # leave their complements in the tail, where a later pass schedules that statement a second
+    # time (empty there, yet realised with the other schedule's loop bindings)
+    tail_set = filt.intersect(model.domain).subtract(head_set)
     if not deps.validity.intersect_domain(tail_set).intersect_range(head_set).is_empty():
         return None
     # isl's bands nested right below this one, as one band: without the tail they may permute

@@ -406,30 +406,29 @@ def shape(model: PolyModel, deps: Deps, tree: isl.Schedule, opts: TreeOptions) -
     notes: list[str] = []
     groups = split_serial(model, deps, _top_groups(tree), notes)
     serial = _names(first) if first is not None else set()
-    if opts.chunked:
-        blocked = chunked_groups(model, groups, opts.chunked, notes)
-        if blocked is not None:
-            try:
-                shaped = _shape(model, deps, blocked, opts, serial, list(notes))
-                check_legal(shaped.schedule, deps)
-                return shaped
-            except IllegalSchedule:
-                notes.append("fusion: the block-by-block column sums failed the legality check; isl's parts used")
+
+    def legal(parts, extra: list[str]) -> Shaped:
+        shaped = _shape(model, deps, parts, opts, serial, [*notes, *extra])
+        check_legal(shaped.schedule, deps)
+        return shaped
+    # the boldest grouping first; each that fails the legality check gives way to the next
+    blocked = chunked_groups(model, groups, opts.chunked, notes) if opts.chunked else None
+    if blocked is not None:
+        try:
+            return legal(blocked, [])
+        except IllegalSchedule:
+            notes.append("fusion: the block-by-block column sums failed the legality check; isl's parts used")
     merged = merge_parts(model, deps, groups, opts.input_fusion) if len(groups) > 1 else groups
     if len(merged) < len(groups):
         try:
-            shaped = _shape(model, deps, merged, opts, serial, [*notes,
+            return legal(merged, [
                 f"fusion: isl's {len(groups)} top-level parts share their outer loops (the same dims of "
                 f"every statement, no dependence across them); merged into {len(merged)}, each part's statements "
                 "run per iteration of them: "
                 + "; ".join(f"{len(b.upas)} loop(s)" for _, b in merged if isinstance(b, Merged))])
-            check_legal(shaped.schedule, deps)
-            return shaped
         except IllegalSchedule:
             pass
-    shaped = _shape(model, deps, groups, opts, serial, list(notes))
-    check_legal(shaped.schedule, deps)
-    return shaped
+    return legal(groups, [])
 
 
 def _shape(model: PolyModel, deps: Deps, groups, opts: TreeOptions, serial: set[str], notes: list[str]) -> Shaped:

@@ -164,24 +164,20 @@ def prefetch_func(func):
     distance = int((func.attrs or {}).get(ATTR, 0) or 0)
     if distance <= 0:
         return func
-    parent: dict = {}  # a view's buffer name -> the name of the buffer it views
+    # a view's buffer name -> the memory it is: flattening declares a view of each argument per
+    # loop nest (input_0_flat0, input_0_flat1), and a region read through one is still cached
+    # when read through another. A view is declared after what it views: resolved as it comes.
+    root: dict = {}
 
     def on_decl(d) -> None:
         if isinstance(d.data, ir.Call) and d.data.op.same_as(_BUFFER_DATA):
             viewed = str(d.data.args[0])
             if viewed != d.buffer.name:
-                parent[d.buffer.name] = viewed
-    tvm_ffi.structural_walk(func.body, [(tirx.DeclBuffer, on_decl)])
+                root[d.buffer.name] = root.get(viewed, viewed)
+    tvm_ffi.structural_walk(func.body, [(tirx.DeclBuffer, on_decl)], order="pre")
 
     def named(buf) -> str:
-        """The name of the memory `buf` is: flattening declares a view of each argument per loop
-        nest (input_0_flat0, input_0_flat1), and a region read through one is still cached when
-        read through another."""
-        name, seen = buf.name, set()
-        while name in parent and name not in seen:
-            seen.add(name)
-            name = parent[name]
-        return name
+        return root.get(buf.name, buf.name)
 
     local, lets = set(), let_values(func.body)
     tvm_ffi.structural_walk(func.body, [(tirx.AllocBuffer, lambda a: local.add(named(a.buffer)))])

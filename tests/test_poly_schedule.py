@@ -1840,3 +1840,45 @@ def test_transpose_blocks_with_a_batch_of_one_run_one_parallel_loop():
     assert not check_program(g, prog)
 
 
+
+
+def _loss_graph(share: bool):
+    """yolo's loss pattern (`~5495`): t = log(x / a) - y summed as w * t * t over every element,
+    and an elementwise output from the same t (or, not sharing, from exp(x))."""
+    b = GraphBuilder("loss_rider")
+    x, a = b.input("x", (2, 16, 16, 3, 2)), b.input("a", (3, 2))
+    y, w, c = b.input("y", (2, 16, 16, 3, 2)), b.input("w", (2, 16, 16, 3, 1)), b.input("c", (2, 16, 16, 3, 2))
+    t = b.log(x / a) - y
+    b.output(b.neg((t if share else b.exp(x)) * c), (w * (t * t)).sum())
+    return b.build()
+
+
+def test_an_output_sharing_a_sums_math_runs_in_its_loops():
+    """The elementwise output rides in the sum's partial loops (poly/riders.py): one loop body,
+    its flat offset the sum's mixed radix (chunk, step, lane), and LLVM computes the shared
+    log(x / a) - y once: half the divisions of the two-loop code (`share_math=False`), which
+    computed it in both."""
+    g = _loss_graph(share=True)
+    prog = akgpy.fuse(g, schedule="poly")
+    text = prog.explain()
+    assert re.search(r"S_Neg_\d+ runs in the loops of S_ReduceSum_\d+_lanes_update: both evaluate Log_\d+", text), text[:4000]
+    ast = text.split("== isl AST")[1].split("streaming stores")[0]
+    calls = [ln.strip().split("(")[0] for ln in ast.splitlines() if ln.strip().startswith("S_")]
+    k = next(q for q, n in enumerate(calls) if n.startswith("S_Neg_"))
+    assert {calls[k - 1], calls[k + 1]} & {n for n in calls if n.endswith("_lanes_update")}, ast  # one loop body
+    assert not check_program(g, prog)
+
+    def divisions(p) -> int:
+        return len(re.findall(r"\sv?divps\s", "".join(k._executable.mod.inspect_source("asm") for k in p.kernels)))
+    apart = akgpy.fuse(g, schedule="poly", config=default_config().replace(share_math=False))
+    assert "both evaluate" not in apart.explain() and not check_program(g, apart)
+    assert 0 < divisions(prog) < divisions(apart), (divisions(prog), divisions(apart))
+
+
+def test_an_output_with_math_of_its_own_keeps_its_loop():
+    """Riding pays through the shared math alone: the same loops over the same rows with
+    different math measured 1.01-1.04x (yolo ~3153), so such an output keeps its own loop."""
+    g = _loss_graph(share=False)
+    prog = akgpy.fuse(g, schedule="poly")
+    assert "both evaluate" not in prog.explain()
+    assert not check_program(g, prog)

@@ -3,6 +3,8 @@ an array with stride 1, the order of the written array's indices. The tree passe
 (`tree.py`) and the tile shapes (`tiles.py`) decide from these."""
 from __future__ import annotations
 
+from math import prod
+
 import islpy as isl
 
 from .isl_util import maps_of
@@ -114,3 +116,20 @@ def write_order(m: isl.Map) -> list[int] | None:
         out.append(hit[0])
     return out
 
+
+def flat_strides(s: Statement, m: isl.Map, shape, signed: bool = False) -> dict[int, int] | None:
+    """Each dim's step in the flat offset of access `m` into an array of `shape`, when affine
+    (its size unless `signed`)."""
+    pma = isl.PwMultiAff.from_map(m)
+    flat = None
+    for q in range(pma.dim(isl.dim_type.out)):
+        pa = pma.get_pw_aff(q).scale_val(isl.Val.int_from_si(m.get_ctx(), prod(shape[q + 1:])))
+        flat = pa if flat is None else flat.add(pa)
+    if flat is None:
+        return None
+    pieces = []
+    flat.foreach_piece(lambda _s, aff: pieces.append(aff))
+    if len(pieces) != 1 or pieces[0].dim(isl.dim_type.div) or not pieces[0].get_denominator_val().is_one():
+        return None
+    steps = {q: int(pieces[0].get_coefficient_val(isl.dim_type.in_, q).to_python()) for q in range(len(s.dims))}
+    return steps if signed else {q: abs(v) for q, v in steps.items()}

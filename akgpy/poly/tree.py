@@ -11,7 +11,9 @@ which would give loops that start at odd offsets and cannot be vectorised. So:
             has loops inside the band. Below the cut, the statements run as a sequence in
             program order (init before update), each over its remaining dims. Where a
             transpose and its producer part at a shared dim, that dim stays shared in blocks
-            whose intermediate fits L2 (_transpose_block).
+            whose intermediate fits L2 (_transpose_block). Below shared loops, an elementwise
+            part that shares vector math with a reduction runs in the reduction's loops where
+            the reduction's walk covers its flat range (riders.py).
 2. order    a permutable fused band puts its stride-1 member innermost; each statement's
             remaining dims put the dim that walks its largest array with stride 1 innermost
             (a column reduction's kept dim moves inside the reduce loop).
@@ -42,9 +44,10 @@ from ..te.index import digit_groups, repeats_every
 from .checks import IllegalSchedule, check_legal
 from .scheduler import broadcasts
 from .deps import Deps
-from .access import array_size, big_accesses, extents, pow2_lanes, single_dim, stride1_dim, stride1_dims
+from .access import array_size, big_accesses, extents, flat_strides, pow2_lanes, single_dim, stride1_dim, stride1_dims
 from .isl_util import maps_of, sets_of
 from .chunks import chunked_groups
+from .riders import find_riders, linear_terms, ride
 from .parts import Merged, member_dims, merge_parts, split_serial
 from .model import PolyModel, Statement
 from .coalesce import coalesce_tail, extent_of
@@ -86,6 +89,9 @@ class TreeOptions:
     # column sums the prepass cut into per-chunk partials: partials block -> producer block
     # (poly/chunks.py runs each block by block beside its producer)
     chunked: dict[str, str] = field(default_factory=dict)
+    # statement -> the inlined blocks of vector math its expression evaluates (kept.math_sources):
+    # statements sharing one may run in one loop body (riders.py)
+    math: dict[str, frozenset] = field(default_factory=dict)
 
 
 @dataclass
@@ -106,6 +112,8 @@ class Coalesced:
     dims: tuple[int, ...]  # statement dim indices, outermost first
     extents: tuple[int, ...]
     lanes: int
+    # ((depth, coefficient), ...): L as a sum of loop iterators instead (a rider, riders.py)
+    terms: tuple[tuple[int, int], ...] = ()
 
 
 # -- reading isl's answer ----------------------------------------------------------------------
@@ -179,12 +187,15 @@ def _mupa(ctx, stmts: list[Statement], exprs: dict[str, list[str]]) -> isl.Multi
 
 
 def _insert_band(node, ctx, stmts, exprs, coincident: list[bool], mark: dict[int, str],
-                 isolate: dict[int, int] | None = None):
+                 isolate: dict[int, int] | None = None, riders: dict | None = None):
     """Insert a band with members exprs[stmt][q] above leaf `node`; members listed in `mark` get
     their own single-member band under a mark. `isolate` {member: last full value}: isl's AST
     generates those values apart from the rest (a vector split's full blocks, then its
     remainder, each with a constant extent). Returns the leaf below the last band."""
     isolate = isolate or {}
+    carried = [(riders[s.name], s.name) for s in stmts if s.name in (riders or {})]
+    stmts = [*stmts, *(r.stmt for r, _ in carried)]
+    exprs = {**exprs, **{r.stmt.name: [ride(x, r) for x in exprs[host]] for r, host in carried}}
     n = len(coincident)
     q = 0
     while q < n:
@@ -304,24 +315,7 @@ def _dim_strides(s: Statement, opts: TreeOptions) -> dict[int, int] | None:
     m, shape = max(_argument_reads(s, opts), key=lambda r: array_size(r[0]), default=(None, None))
     if m is None:
         return None
-    return _flat_strides(s, m, shape)
-
-
-def _flat_strides(s: Statement, m: isl.Map, shape) -> dict[int, int] | None:
-    """Each dim's step in the flat offset of access `m` into an array of `shape`, when affine."""
-    pma = isl.PwMultiAff.from_map(m)
-    flat = None
-    for q in range(pma.dim(isl.dim_type.out)):
-        pa = pma.get_pw_aff(q).scale_val(isl.Val.int_from_si(m.get_ctx(), prod(shape[q + 1:])))
-        flat = pa if flat is None else flat.add(pa)
-    if flat is None:
-        return None
-    pieces = []
-    flat.foreach_piece(lambda _s, aff: pieces.append(aff))
-    if len(pieces) != 1 or pieces[0].dim(isl.dim_type.div) or not pieces[0].get_denominator_val().is_one():
-        return None
-    return {q: abs(int(pieces[0].get_coefficient_val(isl.dim_type.in_, q).to_python()))
-            for q in range(len(s.dims))}
+    return flat_strides(s, m, shape)
 
 
 def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, notes) -> tuple:
@@ -467,7 +461,9 @@ def _up_to_depth(node, depth: int):
 def _merged_group(model, leaf, m: Merged, opts, notes, tiles, where, coalesced, order):
     """The shared loop (parallel when the work allows), and below it each original part built
     as `_group` builds a top-level part, its shared dim pinned and no parallel loop of its own;
-    where the shared loops are all of every statement's (`_whole_loops`), one fused band."""
+    where the shared loops are all of every statement's (`_whole_loops`), one fused band. An
+    elementwise part that shares vector math with a reduction's part runs in the reduction's
+    loops where it can (riders.py)."""
     ctx = model.ctx
     stmts = [model.statement(n) for n in m.rows]
     if _whole_loops(stmts, m):
@@ -480,19 +476,71 @@ def _merged_group(model, leaf, m: Merged, opts, notes, tiles, where, coalesced, 
     for upa in m.upas[1:]:  # the inner shared loops run serially inside each thread's rows
         node = node.child(0).insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff(upa))
         node = node.band_set_permutable(1).band_member_set_coincident(0, 1)
+    riders = find_riders(model, m.parts, m.rows, opts, _arrays) if opts.math else {}
+    built = riders and _parts_below_shared(model, node, m, opts, where, order, riders)
+    seq, more_notes, more_tiles, more_coalesced = built or _parts_below_shared(model, node, m, opts, where, order, {})
+    notes += more_notes
+    tiles.update(more_tiles)
+    coalesced.update(more_coalesced)
+    return seq
+
+
+def _parts_below_shared(model, node, m: Merged, opts, where, order, riders):
+    """The sequence of `m`'s parts below the shared loops at band `node`, each built as `_group`
+    builds a top-level part; a rider's part is its host's (riders.py). (sequence node, notes,
+    tiles, coalesced), or None when a rider's offset is no sum of its loop iterators there."""
+    ctx = model.ctx
+    notes: list[str] = []
+    tiles: dict = {}
+    coalesced: dict = {}
+    gone = {r.stmt.name for r in riders.values()}
+    parts = []
+    for f, band in m.parts:
+        names = _names(f)
+        if names <= gone:
+            continue
+        for host in names & set(riders):
+            f = f.union(isl.UnionSet.from_set(riders[host].stmt.domain))
+        parts.append((f, band))
     depth = len(m.upas)
-    flist = isl.UnionSetList.alloc(ctx, len(m.parts))
-    for f, _ in m.parts:
+    flist = isl.UnionSetList.alloc(ctx, len(parts))
+    for f, _ in parts:
         flist = flist.add(f)
     seq = node.child(0).insert_sequence(flist)
     inner_opts = dataclasses.replace(opts, parallel=False)
-    for c, (filt, band) in enumerate(m.parts):
-        part = sorted((model.statement(st.get_tuple_name()) for st in sets_of(filt)), key=lambda s: order[s.name])
+    for c, (filt, band) in enumerate(parts):
+        part = sorted((model.statement(st.get_tuple_name()) for st in sets_of(filt) if st.get_tuple_name() not in gone),
+                      key=lambda s: order[s.name])
         rest = band.band_split(depth).child(0) if band is not None and band.band_n_member() > depth else None
         node = _group(model, seq.child(c).child(0), part, rest, inner_opts, notes, tiles, f"{where}.{c}",
-                      coalesced, outer={s.name: set(m.rows[s.name]) for s in part})
+                      coalesced, outer={s.name: set(m.rows[s.name]) for s in part}, riders=riders)
         seq = _up_to_depth(node, seq.get_tree_depth())
-    return seq
+    for host, r in riders.items():
+        leaf = _leaf_of(seq, r.stmt.name)
+        terms = linear_terms(leaf, r) if leaf is not None else None
+        if terms is None:
+            return None
+        exts = extents(r.stmt)
+        coalesced[r.stmt.name] = Coalesced(-1, r.dims, tuple(exts[d] for d in r.dims), 1, terms)
+        notes.append(f"fusion: {where}: {r.stmt.name} runs in the loops of {host}: both evaluate "
+                     f"{', '.join(sorted(opts.math[r.stmt.name] & opts.math[host]))}, and {host} walks "
+                     f"{r.array} once in its own order, which {r.stmt.name}'s flat offset follows "
+                     "(one loop body: the shared math runs once)")
+    return seq, notes, tiles, coalesced
+
+
+def _leaf_of(node, name: str):
+    """The leaf below `node` whose statements include `name`, if one."""
+    if node.get_type() == _T.leaf:
+        return node if name in _names(node.get_domain()) else None
+    for c in range(node.n_children()):
+        child = node.child(c)
+        if child.get_type() == _T.filter and name not in _names(child.filter_get_filter()):
+            continue
+        found = _leaf_of(child, name)
+        if found is not None:
+            return found
+    return None
 
 
 def _whole_loops(stmts, m: Merged) -> bool:
@@ -521,9 +569,10 @@ def _one_band(model, m: Merged):
     return node
 
 
-def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced, outer=None):
+def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced, outer=None, riders=None):
     """Build one top-level part under `leaf`; returns a node inside what it built. `outer`:
-    {statement: dims} that a loop around the part already runs."""
+    {statement: dims} that a loop around the part already runs. `riders` {host: Rider}: each
+    rider runs in every band of its host (riders.py)."""
     ctx = model.ctx
     outer = outer or {}
     names = [s.name for s in stmts]
@@ -592,7 +641,7 @@ def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced, outer
                 exprs[n].append(e)
             coincident.append(True)
         leaf = _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tiles, where,
-                           coalesced)
+                           coalesced, riders)
     # below a block loop (which may be the parallel one) the statements' own loops stay serial
     inner_opts = dataclasses.replace(opts, parallel=False) if block else opts
     inner = [(s, _statement_band(model, s, pinned[s.name], inner_opts, notes)) for s in stmts]
@@ -601,7 +650,7 @@ def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced, outer
         exprs, coincident, mark, isolate, tail = spec
         depth = node.get_schedule_depth()
         node = _insert_band(node, ctx, group, {s.name: exprs[group[0].name] for s in group}, coincident, mark,
-                            isolate)
+                            isolate, riders)
         if tail is not None:
             for s in group:
                 coalesced[s.name] = Coalesced(depth + tail[0], *tail[1:])
@@ -614,7 +663,7 @@ def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced, outer
     flist = isl.UnionSetList.alloc(ctx, len(groups))
     for group, _ in groups:
         dom = isl.UnionSet.from_set(group[0].domain)
-        for s in group[1:]:
+        for s in group[1:] + [riders[t.name].stmt for t in group if t.name in (riders or {})]:
             dom = dom.union(isl.UnionSet.from_set(s.domain))
         flist = flist.add(dom)
     seq = leaf.insert_sequence(flist)
@@ -689,7 +738,7 @@ def _arrays(um: isl.UnionMap) -> set[str]:
     return {m.get_tuple_name(isl.dim_type.out) for m in maps_of(um)}
 
 
-def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tiles, where, coalesced):
+def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tiles, where, coalesced, riders=None):
     ctx = model.ctx
     keep = len(coincident)
     transposed = keep >= 2 and len(_stride1_members(stmts, exprs)) > 1  # a big array read across
@@ -699,7 +748,7 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
         tiles[where] = sizes
         mark = _parallel_mark(model, stmts, texprs, tco, opts, notes, where)
         mark[len(tco) - len(sizes)] = TRANSPOSE
-        return _insert_band(leaf, ctx, stmts, texprs, tco, mark, isolate)
+        return _insert_band(leaf, ctx, stmts, texprs, tco, mark, isolate, riders)
     if keep >= 2 and (opts.tile or transposed):
         # tile only the members some array walks with stride 1 (the written array's and the
         # transposed read's); the others stay whole loops outside the tiles
@@ -718,7 +767,7 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
         mark = _parallel_mark(model, stmts, texprs, tco, opts, notes, where)
         if vector_tile(stmts, texprs, tco, K, sizes, exts, opts, notes, where):
             mark[len(tco) - 1] = VECTOR
-        return _insert_band(leaf, ctx, stmts, texprs, tco, mark)
+        return _insert_band(leaf, ctx, stmts, texprs, tco, mark, riders=riders)
     all_pinned = not any(_has_inner_loops(s, pinned) for s in stmts)
     tail = None
     if all_pinned:
@@ -739,7 +788,7 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
             exts, dims = extents(s), tail[s.name]
             coalesced[s.name] = Coalesced(leaf.get_schedule_depth() + last, tuple(dims),
                                           tuple(exts[d] for d in dims), lanes)
-    return _insert_band(leaf, ctx, stmts, exprs, coincident, mark, isolate)
+    return _insert_band(leaf, ctx, stmts, exprs, coincident, mark, isolate, riders)
 
 
 def _has_inner_loops(s: Statement, pinned: dict[str, set[int]]) -> bool:
@@ -848,7 +897,7 @@ def _storage_ranked(stmts, exprs, coincident, opts) -> list[int] | None:
             shape = opts.shapes.get(name)
             if name not in big or shape is None:
                 continue
-            strides = _flat_strides(s, m, shape)
+            strides = flat_strides(s, m, shape)
             if strides is None:
                 return None
             mine = _by_stride(slots, lambda q: strides[s.dims.index(exprs[s.name][q])])

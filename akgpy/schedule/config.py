@@ -34,6 +34,9 @@ class ScheduleConfig:
     stride1_innermost: bool = True  # move the dim walking the largest array with stride 1 innermost
     fusion_depth: int = 8  # most isl band members kept as loops shared by fused statements; 0 = none
     input_fusion: bool = True  # isl's proximity includes two statements reading one input element
+    # an elementwise statement sharing vector math with a reduction runs in the reduction's loops,
+    # where LLVM computes the shared chain once (poly/riders.py)
+    share_math: bool = True
     # wall-clock bound on isl's fused search; past it isl searches again without constant shifts
     # (each of the corpus graphs that ran out got a fused answer so in 0.04-0.21 s), then with
     # each strongly connected component on its own (milliseconds), and only if those fail too
@@ -101,7 +104,7 @@ class ScheduleConfig:
                                f"{self.narrow_transpose_bytes!r}")
         if not isinstance(self.prefetch_bytes, int) or isinstance(self.prefetch_bytes, bool) or self.prefetch_bytes < 0:
             raise CompileError(f"ScheduleConfig.prefetch_bytes must be an int >= 0, got {self.prefetch_bytes!r}")
-        for f in ("input_fusion", "stream_write_heavy", "collapse_dims"):
+        for f in ("input_fusion", "share_math", "stream_write_heavy", "collapse_dims"):
             if not isinstance(getattr(self, f), bool):
                 raise CompileError(f"ScheduleConfig.{f} must be a bool, got {getattr(self, f)!r}")
         if not isinstance(self.stream_share, (int, float)) or isinstance(self.stream_share, bool) \

@@ -191,8 +191,16 @@ class _Gen:
         return self.flat[name]
 
     def linear(self, c):
-        """The coalesced linear iterator L = c<d> * lanes + c<d+1>; None when a loop was
-        degenerate and has no iterator."""
+        """The coalesced linear iterator L = c<d> * lanes + c<d+1> (or the sum of c.terms);
+        None when a loop was degenerate and has no iterator."""
+        if c.terms:
+            if not all(f"c{k}" in self.vars for k, _ in c.terms):
+                return None
+            lin = None
+            for k, coef in c.terms:
+                t = self.vars[f"c{k}"] if coef == 1 else self.vars[f"c{k}"] * tirx.IntImm(self.index, coef)
+                lin = t if lin is None else lin + t
+            return lin
         names = [f"c{c.depth}"] + ([f"c{c.depth + 1}"] if c.lanes > 1 else [])
         if not all(n in self.vars for n in names):
             return None
@@ -237,6 +245,14 @@ class _Gen:
                     d = tirx.FloorMod(d, tirx.IntImm(self.index, span))
                 d = d if w == 1 else d * tirx.IntImm(self.index, w)
                 flat = d if flat is None else flat + d
+            if c.terms:
+                # a rider (poly/riders.py) reads what its host reads through the host's buffers:
+                # the 1-D view its folded reads use, a 1-D argument itself. Each other view is
+                # another pointer in the kernel, and LLVM would not see the two loads of an
+                # element as one (nor then the math on them)
+                for q in range(pos):
+                    flat = flat + idx[q] * tirx.IntImm(self.index, prod(shape[q + 1:]))
+                return (buf if len(shape) == 1 else self.flat_view(buf)), [flat]
             return self.view(buf, pos, prod(shape[pos:])), [*idx[:pos], flat]
         return self.rewrite(block, flat_access, [tirx.IterVar(ir.Range(0, total), vlin, 0)])
 

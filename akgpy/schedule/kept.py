@@ -167,6 +167,29 @@ def shared_chains(func, roles: dict[str, str], lanes: int) -> set[str]:
     return out
 
 
+def math_sources(func, inlined: set[str]) -> dict[str, frozenset[str]]:
+    """{block left after inlining: the inlined blocks of vector math (te/fastmath.py's
+    exp/log/tanh) its expression evaluates, directly or through other inlined blocks}. Two
+    statements naming a common one compute the same chain; run in one loop body, LLVM computes
+    it once (poly/tree.py `_riders`). `func` is the function before inlining."""
+    blocks = {n: b for n, b in blocks_of(func).items() if b.writes}
+    writer = {b.writes[0].source.name: n for n, b in blocks.items()}
+    producers: dict[str, set[str]] = {}
+    for name, b in blocks.items():
+        loads = []
+        structural_walk(b.body, [(ir.TensorLoad, loads.append)])
+        producers[name] = {writer[ld.source.name] for ld in loads if writer.get(ld.source.name, name) != name}
+    out = {}
+    for name in blocks:
+        if name in inlined:
+            continue
+        chain = _reach([p for p in producers[name] if p in inlined], lambda c: [p for p in producers[c] if p in inlined])
+        math = frozenset(c for c in chain if uses_vector_math(blocks[c]))
+        if math:
+            out[name] = math
+    return out
+
+
 def _widened(blocks, writer, inlined, name) -> str:
     """The producer of `name` when `name` only widens it (float16 -> float32): half the bytes."""
     v = blocks[name].body.value if isinstance(blocks[name].body, tirx.BufferStore) else None

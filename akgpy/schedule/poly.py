@@ -34,7 +34,7 @@ from ..te.builders import LANE_PARTIALS
 from ..te.lower import Lowered
 from .config import ScheduleConfig, default_config
 from .isl_ast import realize
-from .kept import WIDE_MATH_INSTANCES, blocks_of, kept_blocks, roundings
+from .kept import WIDE_MATH_INSTANCES, blocks_of, kept_blocks, math_sources, roundings
 from .plain import inline_injective, plain_schedule, tvm_dtype_bits
 from .prepass import chunk_column_sums, rfactor_rows, uses_vector_math, wide_partials
 from .stream import LATENCY_ATTR, stream_candidates
@@ -61,7 +61,7 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
             "template (parallel tiles, epilogue blocks vectorised inside the tile loop)", *notes])
     t0 = time.perf_counter()
     try:
-        func, inlined, rfactored, chunked, model, deps, tree = _isl_schedule(low, cfg, timeout_s, report)
+        func, inlined, rfactored, chunked, math, model, deps, tree = _isl_schedule(low, cfg, timeout_s, report)
     except TimeoutError:
         return fallback(f"isl scheduler gave no answer within {timeout_s} s, nor with each "
                         "strongly connected component scheduled on its own")
@@ -70,7 +70,7 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
     except Exception as e:  # the analysis must never stop a valid graph from compiling
         return fallback(f"polyhedral analysis failed: {type(e).__name__}: {e}")
     t1 = time.perf_counter()
-    opts = _tree_options(func, model, cfg, streams=bool(stream_candidates(low, cfg)[0]), chunked=chunked)
+    opts = _tree_options(func, model, cfg, streams=bool(stream_candidates(low, cfg)[0]), chunked=chunked, math=math)
     try:
         shaped = shape(model, deps, tree, opts)
         final, notes, passes, coalesced = shaped.schedule, shaped.notes, "akgpy passes", shaped.coalesced
@@ -137,7 +137,7 @@ def _isl_schedule(low: Lowered, cfg: ScheduleConfig, timeout_s: float, report: l
     schedule each strongly connected component on its own (schedule_serialize_sccs), and
     akgpy's passes fuse from there. explain() says which. The first search keeps its full
     bound: on yolo ~3153 (1.7 s of isl then) it gave code 3x faster than the serialized one."""
-    func, inlined, rfactored, chunked = _prepass(low, cfg)
+    func, inlined, rfactored, chunked, math = _prepass(low, cfg)
     model = extract(func, low.roles)
     deps = dependences(model)
     biggest = max((e for s in model.statements for e in extents(s)), default=1)
@@ -163,7 +163,7 @@ def _isl_schedule(low: Lowered, cfg: ScheduleConfig, timeout_s: float, report: l
             continue
         if note:
             report.append(note)
-        return func, inlined, rfactored, chunked, model, deps, tree
+        return func, inlined, rfactored, chunked, math, model, deps, tree
 
 
 def _lane_partials(blocks: dict) -> dict[str, int]:
@@ -174,14 +174,17 @@ def _lane_partials(blocks: dict) -> dict[str, int]:
 
 def _prepass(low: Lowered, cfg: ScheduleConfig):
     """(func after inlining and row rfactor, inlined block names, rfactored block names, the
-    chunked column sums: partials block -> producer block)."""
+    chunked column sums: partials block -> producer block, {block: the inlined vector-math
+    blocks it evaluates} (kept.math_sources; an rfactored block's partials evaluate its))."""
     sch = s_tir.Schedule(low.func)
     before = _block_names(sch)
     left = inline_injective(sch, low, keep=kept_blocks(low.func, low.roles, max(cfg.vector_bytes // 4, 1)))
     inlined = [n for n in before if n not in set(left)]
+    math = math_sources(low.func, set(inlined))
     rfactored = rfactor_rows(sch, left, low.roles, cfg)
     chunked = chunk_column_sums(sch, left, low.roles, cfg)
-    return sch.mod["main"], inlined, rfactored, chunked
+    math.update({f"{n}_rf": math[n] for n in rfactored if n in math})
+    return sch.mod["main"], inlined, rfactored, chunked, math
 
 
 def _scalar_math_statements(func, model, schedule: isl.Schedule) -> list[str] | None:
@@ -213,7 +216,8 @@ CHAIN_ROUNDINGS = 6
 LINE_BITS, COLUMN_REGISTERS = 1024, 16
 
 
-def _tree_options(func, model, cfg: ScheduleConfig, streams: bool = False, chunked: dict | None = None) -> TreeOptions:
+def _tree_options(func, model, cfg: ScheduleConfig, streams: bool = False, chunked: dict | None = None,
+                  math: dict | None = None) -> TreeOptions:
     bits, shapes = {}, {}
     blocks = blocks_of(func)
     allocs = [buf for b in blocks.values() for buf in b.alloc_buffers]
@@ -277,7 +281,8 @@ def _tree_options(func, model, cfg: ScheduleConfig, streams: bool = False, chunk
                        l1_bytes=cfg.l1_bytes, l2_bytes=cfg.l2_bytes, stride1_innermost=cfg.stride1_innermost,
                        fusion_depth=cfg.fusion_depth, parallel=cfg.parallel, min_parallel=cfg.min_parallel,
                        min_parallel_work=cfg.min_parallel_work, input_fusion=cfg.input_fusion, shapes=shapes,
-                       array_bits=bits_of, streams=streams, chunked=dict(chunked or {}))
+                       array_bits=bits_of, streams=streams, chunked=dict(chunked or {}),
+                       math={s.name: math[s.block] for s in model.statements if s.block in math} if math and cfg.share_math else {})
 
 
 def _block_names(sch) -> list[str]:

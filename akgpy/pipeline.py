@@ -34,14 +34,11 @@ def dump(kernel: str, stage: str, produce) -> None:
 def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", config=None):
     """`config`: an akgpy.ScheduleConfig (schedule knobs); None picks the target's defaults."""
     from .frontends.composite import load_composite
-    from .graph.algebra import share_exp
+    from .graph.algebra import exp_blocks, share_exp
     from .graph.collapse import collapse_dims
-    from .runtime.program import Kernel, Program
+    from .runtime.program import Program
     from .schedule.config import default_config
-    from .schedule.plain import plain_schedule
-    from .schedule.stream import mark_prefetch, mark_stream_outputs
-    from .targets import llvm
-    from .te.lower import ident, lower
+    from .te.lower import ident
 
     if schedule not in ("plain", "poly"):
         raise CompileError(f"unknown schedule {schedule!r}; available: 'plain', 'poly'")
@@ -51,12 +48,35 @@ def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", c
     # the kernel runs on the collapsed graph; Program keeps g: it checks and returns g's shapes
     kg, graph_note = (cfg.collapse_dims and collapse_dims(g)) or (g, None)
     shared = share_exp(kg)
+    # sharing an exp(-|x|) that a reduction reads pays only where its consumers ride in the
+    # reduction's loops (graph/algebra.py): compiled that way first, kept only if one does
+    bolder = share_exp(kg, reduced=True) if schedule == "poly" and cfg.share_math else None
+    if bolder is not None and (shared is None or bolder[0].ops != shared[0].ops):
+        kernel, rode = _kernel(g, bolder[0], _joined(graph_note, bolder[1]), target, schedule, cfg)
+        if rode & exp_blocks(bolder[0]):
+            return Program(g, [kernel], target)
     if shared:
-        kg, note = shared
-        graph_note = f"{graph_note}\n{note}" if graph_note else note
+        kg, graph_note = shared[0], _joined(graph_note, shared[1])
+    return Program(g, [_kernel(g, kg, graph_note, target, schedule, cfg)[0]], target)
+
+
+def _joined(note: str | None, more: str) -> str:
+    return f"{note}\n{more}" if note else more
+
+
+def _kernel(g: Graph, kg: Graph, graph_note: str | None, target: str, schedule: str, cfg):
+    """The kernel of graph `g` compiled from `kg` (g collapsed and rewritten; `graph_note` says
+    how), and the math blocks its statements share with the reductions in whose loops they run
+    (poly/riders.py)."""
+    from .runtime.program import Kernel
+    from .schedule.poly import RIDERS_ATTR
+    from .schedule.plain import plain_schedule
+    from .schedule.stream import mark_prefetch, mark_stream_outputs
+    from .targets import llvm
+    from .te.lower import ident, lower
+
     if graph_note:
         dump(ident(g.name), "0_graph_rewritten.txt", lambda: f"{graph_note}\n{kg.describe()}")
-
     low = lower(kg, vector_math=schedule == "poly")
     dump(low.name, "1_te.py", low.func.script)
 
@@ -80,7 +100,7 @@ def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", c
     kernel = Kernel(low.name, low.params, executable, mod, low, report, graph_note)
     dump(low.name, "3_source.ll", lambda: kernel.source)
     dump(low.name, "4_explain.txt", kernel.explain)
-    return Program(g, [kernel], target)
+    return kernel, set(str(mod["main"].attrs.get(RIDERS_ATTR, "")).split(",")) - {""}
 
 
 # -- whole model graphs ------------------------------------------------------------------------

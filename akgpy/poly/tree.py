@@ -114,6 +114,7 @@ class Coalesced:
     lanes: int
     # ((depth, coefficient), ...): L as a sum of loop iterators instead (a rider, riders.py)
     terms: tuple[tuple[int, int], ...] = ()
+    shares: frozenset = frozenset()  # a rider's math blocks that its host evaluates too
 
 
 # -- reading isl's answer ----------------------------------------------------------------------
@@ -520,10 +521,10 @@ def _parts_below_shared(model, node, m: Merged, opts, where, order, riders):
         terms = linear_terms(leaf, r) if leaf is not None else None
         if terms is None:
             return None
-        exts = extents(r.stmt)
-        coalesced[r.stmt.name] = Coalesced(-1, r.dims, tuple(exts[d] for d in r.dims), 1, terms)
+        exts, shares = extents(r.stmt), opts.math[r.stmt.name] & opts.math[host]
+        coalesced[r.stmt.name] = Coalesced(-1, r.dims, tuple(exts[d] for d in r.dims), 1, terms, shares)
         notes.append(f"fusion: {where}: {r.stmt.name} runs in the loops of {host}: both evaluate "
-                     f"{', '.join(sorted(opts.math[r.stmt.name] & opts.math[host]))}, and {host} walks "
+                     f"{', '.join(sorted(shares))}, and {host} walks "
                      f"{r.array} once in its own order, which {r.stmt.name}'s flat offset follows "
                      "(one loop body: the shared math runs once)")
     return seq, notes, tiles, coalesced

@@ -40,6 +40,11 @@ from .prepass import chunk_column_sums, rfactor_rows, uses_vector_math, wide_par
 from .stream import LATENCY_ATTR, stream_candidates
 from .transpose import copy_parts
 
+# the math blocks that statements share with the reductions in whose loops they run
+# (poly/riders.py), comma-separated: the pipeline keeps a graph rewrite that pays only then
+# (graph/algebra.py)
+RIDERS_ATTR = "akgpy.riders"
+
 
 def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s: float | None = None,
                   relower: Callable[[], Lowered] | None = None):
@@ -94,6 +99,9 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
         new_func, ast_text, codegen_notes = realize(func, model, final, coalesced)
     except Exception as e:
         return fallback(f"code generation from the isl AST failed: {type(e).__name__}: {e}")
+    shares = sorted(set().union(*(c.shares for c in coalesced.values())))
+    if shares:  # statements ride in a reduction's loops, sharing these math blocks
+        new_func = new_func.with_attr(RIDERS_ATTR, ",".join(shares))
     if opts.rounding_chains:
         new_func = new_func.with_attr(LATENCY_ATTR, True)
         codegen_notes = [*codegen_notes, f"float16 rounding chains ({', '.join(sorted(opts.rounding_chains))}): "

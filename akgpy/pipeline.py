@@ -52,22 +52,23 @@ def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", c
     # reduction's loops (graph/algebra.py): compiled that way first, kept only if one does
     bolder = share_exp(kg, reduced=True) if schedule == "poly" and cfg.share_math else None
     if bolder is not None and (shared is None or bolder[0].ops != shared[0].ops):
-        kernel, rode = _kernel(g, bolder[0], _joined(graph_note, bolder[1]), target, schedule, cfg)
-        if rode & exp_blocks(bolder[0]):
+        kernel = _kernel(g, bolder[0], _joined(graph_note, bolder[1]), target, schedule, cfg,
+                         riding=exp_blocks(bolder[0]))
+        if kernel is not None:
             return Program(g, [kernel], target)
     if shared:
         kg, graph_note = shared[0], _joined(graph_note, shared[1])
-    return Program(g, [_kernel(g, kg, graph_note, target, schedule, cfg)[0]], target)
+    return Program(g, [_kernel(g, kg, graph_note, target, schedule, cfg)], target)
 
 
 def _joined(note: str | None, more: str) -> str:
     return f"{note}\n{more}" if note else more
 
 
-def _kernel(g: Graph, kg: Graph, graph_note: str | None, target: str, schedule: str, cfg):
+def _kernel(g: Graph, kg: Graph, graph_note: str | None, target: str, schedule: str, cfg, riding=None):
     """The kernel of graph `g` compiled from `kg` (g collapsed and rewritten; `graph_note` says
-    how), and the math blocks its statements share with the reductions in whose loops they run
-    (poly/riders.py)."""
+    how). With `riding` (math block names): None, before code generation, unless a statement
+    shares one of them with a reduction in whose loops it runs (poly/riders.py)."""
     from .runtime.program import Kernel
     from .schedule.poly import RIDERS_ATTR
     from .schedule.plain import plain_schedule
@@ -94,13 +95,15 @@ def _kernel(g: Graph, kg: Graph, graph_note: str | None, target: str, schedule: 
         raise
     except Exception as e:  # a TVM failure while scheduling a valid graph is a compiler bug: name the graph
         raise CompileError(f"scheduling {g.name} failed: {type(e).__name__}: {e}") from None
+    if riding is not None and not riding & set(str(mod["main"].attrs.get(RIDERS_ATTR, "")).split(",")):
+        return None
     dump(low.name, "2_scheduled.py", mod.script)
 
     executable = llvm.build(mod, target)
     kernel = Kernel(low.name, low.params, executable, mod, low, report, graph_note)
     dump(low.name, "3_source.ll", lambda: kernel.source)
     dump(low.name, "4_explain.txt", kernel.explain)
-    return kernel, set(str(mod["main"].attrs.get(RIDERS_ATTR, "")).split(",")) - {""}
+    return kernel
 
 
 # -- whole model graphs ------------------------------------------------------------------------

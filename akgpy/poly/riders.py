@@ -7,13 +7,16 @@ two loops over the batch row: the output's loop coalesced into 338 vectors of 48
 partials in 13 chunks of 26 vectors of 48, each computing the log. The sum walks each input
 with a mixed radix (chunk * 1248 + step * 48 + lane) that covers the row exactly once, so the
 output's flat offset L within the row can run in those loops: the chunk is floor(L / 1248), the
-step floor(L / 48) mod 26, the lane L mod 48. Hand-written first (LLC flushed, kernel alone, 31
-interleaved runs): 0.80-0.82x, 0.67x with the inputs cached; in one loop but with index
-expressions LLVM did not see as equal, the chain ran twice: 0.84x and 0.72x.
+step floor(L / 48) mod 26, the lane L mod 48. Kernel alone, 2 threads, 31 interleaved runs:
+0.77x and 0.78x with the LLC flushed, 0.70x cached. Hand-written in one loop but reading
+through views of its own (another pointer each), LLVM had computed the chain twice: 0.84x
+flushed, 0.72x cached; hence a rider reads through its host's views (schedule/isl_ast.py).
 
-Only where the two share an inlined block of vector math (kept.math_sources): co-located alone,
-yolo's `~3153` (loss and gradient loops over the same rows, different math) measured
-1.01-1.04x (docs/poly.md, "Not done"). The rider's instances then run interleaved with the
+Only where the two share an inlined block of vector math (kept.math_sources): co-located with
+nothing shared, yolo's `~3153` (loss and gradient loops over the same rows; stop 45's
+hand-written fusion, whose exp LLVM did not share through separate views) measured 1.01-1.04x.
+Its gradient now shares the loss's exp(-|x|) (graph/algebra.py share_exp) and rides: 0.84x.
+The rider's instances then run interleaved with the
 host's; the rider shares no array that it or a statement it moves past writes, so no
 dependence orders them (the final schedule is checked anyway).
 """

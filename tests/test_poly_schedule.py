@@ -1882,3 +1882,30 @@ def test_an_output_with_math_of_its_own_keeps_its_loop():
     prog = akgpy.fuse(g, schedule="poly")
     assert "both evaluate" not in prog.explain()
     assert not check_program(g, prog)
+
+
+def _loss_sigmoid_graph(n: int, h: int, w: int):
+    """yolo's `~3153` pattern: weighted softplus terms summed whole, the sigmoid gradient an output."""
+    b = GraphBuilder("loss_sigmoid")
+    x, z, wt = b.input("x", (n, h, w, 3, 2)), b.input("z", (n, h, w, 3, 2)), b.input("w", (n, h, w, 3, 1))
+    loss = wt * (b.log(b.exp(-b.abs(x)) + 1.0) + b.maximum(x, 0.0) - x * z)
+    b.output(loss.sum(), 1.0 / (b.exp(-x) + 1.0) - z)
+    return b.build()
+
+
+@pytest.mark.parametrize("n,h,w", [(1, 8, 8), (3, 26, 26), (4, 7, 9), (5, 16, 16), (2, 32, 32), (6, 13, 26)])
+@pytest.mark.parametrize("pattern", ["shared_log", "sigmoid"])
+def test_loss_graphs_match_the_reference_with_or_without_riders(pattern, n, h, w):
+    """Riders (and the share_exp rewrite kept only with one) over shapes whose sums cover their
+    rows exactly, leave tails, or have one batch row: every result matches the reference."""
+    if pattern == "shared_log":
+        b = GraphBuilder("loss_log")
+        x, a = b.input("x", (n, h, w, 3, 2)), b.input("a", (3, 2))
+        y, wt, c = b.input("y", (n, h, w, 3, 2)), b.input("w", (n, h, w, 3, 1)), b.input("c", (n, h, w, 3, 2))
+        t = b.log(x / a) - y
+        b.output(b.neg(t * c), (wt * (t * t)).sum())
+        g = b.build()
+    else:
+        g = _loss_sigmoid_graph(n, h, w)
+    prog = akgpy.fuse(g, schedule="poly")
+    assert not check_program(g, prog)

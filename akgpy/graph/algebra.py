@@ -71,7 +71,7 @@ def share_exp(g: Graph, reduced: bool = False) -> tuple[Graph, str] | None:
                 return name
     # a sigmoid c / (exp(-x) + 1) is c * (x >= 0 ? 1 : e) / (e + 1): one division where
     # exp(-x) = 1 / e took two; other sums k + exp(-x) take exp(-x) itself
-    plus_one = {f: all(_const_is(g, a.inputs[1] if a.inputs[0] == f else a.inputs[0], 1.0) for a in readers[f])
+    plus_one = {f: all(_const_where(g, a.inputs[1] if a.inputs[0] == f else a.inputs[0], lambda v: v == 1) for a in readers[f])
                 for f in shared}
     numerators: dict[str, str] = {}  # exp(-x) -> its sigmoids' factor select(x >= 0, 1, e)
     sums: dict[str, str] = {}  # 1 + exp(-x) -> that sigmoid's factor
@@ -140,9 +140,10 @@ def _readers(g: Graph) -> dict[str, list[Op]]:
     return out
 
 
-def _const_is(g: Graph, t: str, v: float) -> bool:
+def _const_where(g: Graph, t: str, test) -> bool:
+    """Is `t` a constant all of whose values pass `test` (on a float64 array)?"""
     c = g.tensors[t]
-    return c.is_const and bool(np.all(np.asarray(c.value, dtype=np.float64) == v))
+    return c.is_const and bool(np.all(test(np.asarray(c.value, dtype=np.float64))))
 
 
 def _sigmoid_only(g: Graph, readers: dict[str, list[Op]], f: str) -> bool:
@@ -153,8 +154,7 @@ def _sigmoid_only(g: Graph, readers: dict[str, list[Op]], f: str) -> bool:
     outputs = set(g.outputs)
 
     def positive_const(t: str) -> bool:
-        c = g.tensors[t]
-        return c.is_const and np.all(np.asarray(c.value, dtype=np.float64) >= 0)
+        return _const_where(g, t, lambda v: v >= 0)
     if f in outputs or not readers.get(f):
         return False
     for add in readers[f]:

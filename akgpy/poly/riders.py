@@ -49,28 +49,27 @@ def find_riders(model: PolyModel, parts, rows: dict, opts, arrays_of) -> dict[st
     names = [sorted(st.get_tuple_name() for st in sets_of(f)) for f, _ in parts]
     out: dict[str, Rider] = {}
     for k, part in enumerate(names):
-        if len(part) != 1:
-            continue
         e = model.statement(part[0])
-        if e.kind != "compute" or not opts.math.get(e.name):
+        if len(part) != 1 or e.kind != "compute" or not opts.math.get(e.name):
             continue
-        for j, other in enumerate(names):
-            if j == k:
-                continue
-            span = names[k + 1:j + 1] if j > k else names[j:k]  # the parts the rider moves past, the host's too
-            between = [model.statement(n) for p in span for n in p]
-            if not _independent(e, between, arrays_of):
-                continue
-            for u in (model.statement(n) for n in other):
-                if u.kind != "update" or u.name in out or not (opts.math.get(u.name, frozenset()) & opts.math[e.name]):
-                    continue
+        r = _first_host(model, e, k, names, rows, opts, arrays_of, taken=out)
+        if r is not None:
+            out[r.host] = r
+    return out
+
+
+def _first_host(model, e: Statement, k: int, names, rows, opts, arrays_of, taken) -> Rider | None:
+    """E (part k of `names`) riding in the first update of another part that it can, or None."""
+    for j, other in enumerate(names):
+        span = names[k + 1:j + 1] if j > k else names[j:k]  # the parts E moves past, the host's too
+        if j == k or not _independent(e, [model.statement(n) for p in span for n in p], arrays_of):
+            continue
+        for u in map(model.statement, other):
+            if u.kind == "update" and u.name not in taken and opts.math.get(u.name, frozenset()) & opts.math[e.name]:
                 r = _ride(e, u, rows, opts)
                 if r is not None:
-                    out[u.name] = r
-                    break
-            if any(r.stmt is e for r in out.values()):
-                break
-    return out
+                    return r
+    return None
 
 
 def _independent(e: Statement, others: list[Statement], arrays_of) -> bool:
@@ -95,10 +94,9 @@ def _ride(e: Statement, u: Statement, rows: dict, opts) -> Rider | None:
     if walk is None:
         return None
     own = [d for d in range(len(e.dims)) if d not in shared_e and ext_e[d] > 1]
-    radix_e = _radix([(walk[d], ext_e[d]) for d in own])
-    if radix_e is None or not own:
+    total = _radix([(walk[d], ext_e[d]) for d in own])
+    if total is None or not own:
         return None
-    total = radix_e
     best = stride1_dims(u)[0]
     for m in maps_of(e.reads):
         name, shape = m.get_tuple_name(isl.dim_type.out), opts.shapes.get(m.get_tuple_name(isl.dim_type.out))
@@ -158,12 +156,9 @@ def linear_terms(leaf: isl.ScheduleNode, rider: Rider) -> tuple[tuple[int, int],
     contribute nothing; None when the offset is not such a sum."""
     e = rider.stmt
     prefix = leaf.get_prefix_schedule_union_map().intersect_domain(isl.UnionSet.from_set(e.domain))
-    sched = None
-    for m in maps_of(prefix):
-        if m.get_tuple_name(isl.dim_type.in_) == e.name:
-            sched = m
-    if sched is None:
+    if prefix.is_empty():
         return None
+    sched = isl.Map.from_union_map(prefix)  # the rider's alone: its domain is one space
     offset = isl.Map(f"{{ {e.name}[{', '.join(e.dims)}] -> [({rider.linear})] }}", context=e.domain.get_ctx())
     rel = sched.reverse().apply_range(offset.intersect_domain(e.domain))
     if not rel.is_single_valued():

@@ -116,17 +116,7 @@ def shared_chains(func, roles: dict[str, str], lanes: int) -> set[str]:
     layernorm backward, kernel alone, four interleaved runs: ~3896 1.15-1.31x, ~8077
     1.00-1.14x faster). Not where the sharing sibling needs the sum (softmax backward ~9506:
     it runs after the sum, and the kept operand was only stored and read back, 2-4% slower)."""
-    blocks = {n: b for n, b in blocks_of(func).items() if b.writes}  # not the root, which holds them all
-    writer = {b.writes[0].source.name: n for n, b in blocks.items()}
-    readers: dict[str, list[tuple[str, object]]] = {n: [] for n in blocks}  # (reader, its load)
-    producers: dict[str, list[str]] = {n: [] for n in blocks}
-    for name, b in blocks.items():
-        loads = []
-        structural_walk(b.body, [(ir.TensorLoad, loads.append)])
-        for ld in loads:  # once per load: e * e evaluates e twice
-            if writer.get(ld.source.name, name) != name:
-                readers[writer[ld.source.name]].append((name, ld))
-                producers[name].append(writer[ld.source.name])
+    blocks, writer, readers, producers = _dataflow(func)
     outputs = {p.name for p in func.params}  # kernel arguments (their handles bear the buffers' names)
     inlined = {n for n, b in blocks.items() if roles.get(n) == "elemwise" and b.writes[0].source.name not in outputs}
     uses: dict[str, int] = {}
@@ -172,13 +162,7 @@ def math_sources(func, inlined: set[str]) -> dict[str, frozenset[str]]:
     exp/log/tanh) its expression evaluates, directly or through other inlined blocks}. Two
     statements naming a common one compute the same chain; run in one loop body, LLVM computes
     it once (poly/tree.py `_riders`). `func` is the function before inlining."""
-    blocks = {n: b for n, b in blocks_of(func).items() if b.writes}
-    writer = {b.writes[0].source.name: n for n, b in blocks.items()}
-    producers: dict[str, set[str]] = {}
-    for name, b in blocks.items():
-        loads = []
-        structural_walk(b.body, [(ir.TensorLoad, loads.append)])
-        producers[name] = {writer[ld.source.name] for ld in loads if writer.get(ld.source.name, name) != name}
+    blocks, _, _, producers = _dataflow(func)
     out = {}
     for name in blocks:
         if name in inlined:
@@ -188,6 +172,24 @@ def math_sources(func, inlined: set[str]) -> dict[str, frozenset[str]]:
         if math:
             out[name] = math
     return out
+
+
+def _dataflow(func):
+    """(blocks by name, not the root, which holds them all; buffer -> the block writing it;
+    block -> [(reader, its load)]; block -> the blocks it reads, once per load: e * e evaluates e
+    twice)."""
+    blocks = {n: b for n, b in blocks_of(func).items() if b.writes}
+    writer = {b.writes[0].source.name: n for n, b in blocks.items()}
+    readers: dict[str, list[tuple[str, object]]] = {n: [] for n in blocks}
+    producers: dict[str, list[str]] = {n: [] for n in blocks}
+    for name, b in blocks.items():
+        loads = []
+        structural_walk(b.body, [(ir.TensorLoad, loads.append)])
+        for ld in loads:
+            if writer.get(ld.source.name, name) != name:
+                readers[writer[ld.source.name]].append((name, ld))
+                producers[name].append(writer[ld.source.name])
+    return blocks, writer, readers, producers
 
 
 def _widened(blocks, writer, inlined, name) -> str:

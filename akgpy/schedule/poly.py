@@ -188,7 +188,7 @@ def _prepass(low: Lowered, cfg: ScheduleConfig):
     before = _block_names(sch)
     left = inline_injective(sch, low, keep=kept_blocks(low.func, low.roles, max(cfg.vector_bytes // 4, 1)))
     inlined = [n for n in before if n not in set(left)]
-    math = math_sources(low.func, set(inlined))
+    math = math_sources(low.func, set(inlined)) if cfg.share_math else {}
     rfactored = rfactor_rows(sch, left, low.roles, cfg)
     chunked = chunk_column_sums(sch, left, low.roles, cfg)
     math.update({f"{n}_rf": math[n] for n in rfactored if n in math})
@@ -290,7 +290,7 @@ def _tree_options(func, model, cfg: ScheduleConfig, streams: bool = False, chunk
                        fusion_depth=cfg.fusion_depth, parallel=cfg.parallel, min_parallel=cfg.min_parallel,
                        min_parallel_work=cfg.min_parallel_work, input_fusion=cfg.input_fusion, shapes=shapes,
                        array_bits=bits_of, streams=streams, chunked=dict(chunked or {}),
-                       math={s.name: math[s.block] for s in model.statements if s.block in math} if math and cfg.share_math else {})
+                       math={s.name: math[s.block] for s in model.statements if s.block in (math or {})})
 
 
 def _block_names(sch) -> list[str]:

@@ -1,5 +1,5 @@
 """CPU benchmark: akgpy kernels against numpy, torch eager and torch.compile (inductor) on the
-subgraphs of ../shared/bench/bench_set.txt, with a STREAM triad (compiled by akgpy) as the ceiling.
+subgraphs of bench/bench_set.txt, with a STREAM triad (compiled by akgpy) as the ceiling.
 
     python bench/bench_cpu.py [--only SUBSTR] [--repeat N] [--json PATH] [--no-torch] [--schedules plain,poly]
 
@@ -47,7 +47,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
 NET = {"bert_base": "bert", "yolov3_darknet53": "yolo", "wide_deep": "wd", "vgg16": "vgg", "alexnet": "alex",
        "deep_fm": "dfm", "resnet101": "r101"}
 
@@ -164,7 +163,7 @@ def run_one(e: dict, args, torch) -> dict:
     import akgpy
     from akgpy import reference
     from akgpy.testing import compare, random_inputs
-    g = akgpy.load_composite(SHARED / "corpus" / e["path"])
+    g = akgpy.load_composite(REPO / "corpus" / e["path"])
     row = {**e, "bytes": nbytes(g, g.inputs) + nbytes(g, g.outputs), "ops": len(g.ops),
            "memory_bound": not any(op.name in ("MatMul", "Conv2D") for op in g.ops),
            "ms": {}, "times_ms": {}, "cells": {}, "check": {}, "compile_s": {}, "errors": {}}
@@ -361,7 +360,7 @@ def render(rows, args, stream, llc, llc_src, load0, load1, total_s, torch) -> st
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--set", type=Path, default=SHARED / "bench" / "bench_set.txt")
+    ap.add_argument("--set", type=Path, default=REPO / "bench" / "bench_set.txt")
     ap.add_argument("--only", default="", help="substring of the path or pattern")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--json", type=Path)

@@ -1,4 +1,4 @@
-"""Compile every graph of ../shared/corpus and report pass count and compile-time statistics.
+"""Compile every graph of corpus/ and report pass count and compile-time statistics.
 
     python bench/corpus_compile.py [--check] [--limit N] [--json out.json]
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import akgpy
 from akgpy.testing import check_program
 
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 
 
 def corpus_files(root: Path) -> list[Path]:

@@ -1,4 +1,4 @@
-"""Run every graph of ../shared/corpus with each kernel argument fenced by no-access pages
+"""Run every graph of corpus/ with each kernel argument fenced by no-access pages
 (akgpy.testing.run_fenced): a kernel that reads or writes outside an argument faults.
 
     python bench/corpus_fenced.py [--chunk N] [--limit N]

@@ -6,7 +6,7 @@ import pytest
 import akgpy
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO.parent / "shared" / "corpus"
+CORPUS = REPO / "corpus"  # AKG test data, byte for byte (corpus/NOTICE.md)
 # Tests that assert lane counts, tile shapes or register counts pin the vector width: the default
 # config takes it from the host CPU (64 bytes with AVX-512, 32 with AVX2 only), and an AVX2 host
 # legalises 64-byte vectors as register pairs, so the decisions and the reference check hold on both.

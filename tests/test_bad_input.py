@@ -1,7 +1,7 @@
 """Malformed and mutated inputs must fail with an akgpy error, never a crash, a hang or a bare
 Python exception (errors.py: "Every error akgpy raises on bad input derives from AkgpyError").
 
-Every case starts from a real corpus file (../shared/corpus beside the repository root), loads its
+Every case starts from a real corpus file (corpus/ in the repository), loads its
 JSON, mutates a copy, and hands the result to `akgpy.load_composite` (or `akgpy.fuse`, or calls a
 compiled program for the runtime cases). The cases are one table: id -> base file -> mutation ->
 expected error class -> (optionally) the op / tensor the error must name.
@@ -64,7 +64,7 @@ BASE = {
 
 
 def _corpus_dir() -> Path:
-    return Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+    return Path(__file__).resolve().parents[1] / "corpus"
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Every real subgraph in ../shared/corpus compiles for llvm and matches the numpy reference.
+"""Every real subgraph in corpus/ compiles for llvm and matches the numpy reference.
 
 Each graph is its own test with a hard wall-clock bound (pytest-timeout, thread method: a
 graph stuck inside TVM or a kernel is really interrupted, the worker process is replaced).
@@ -32,7 +32,7 @@ FILES = corpus_files()
 
 
 def test_corpus_is_complete():
-    assert CORPUS.is_dir(), f"../shared/corpus is missing (looked in {CORPUS})"
+    assert CORPUS.is_dir(), f"corpus/ is missing (looked in {CORPUS})"
     assert len(FILES) >= EXPECTED, f"corpus holds {len(FILES)} graphs, expected {EXPECTED}"
     rel = {str(p.relative_to(CORPUS)) for p in FILES}
     assert set(EXCLUDED) <= rel, f"excluded files not in corpus: {set(EXCLUDED) - rel}"

@@ -25,7 +25,7 @@ from akgpy.ops.registry import OPS
 from akgpy.reference import run
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO.parent / "shared" / "corpus"
+CORPUS = REPO / "corpus"
 
 # -- coverage bookkeeping ------------------------------------------------------------------------
 

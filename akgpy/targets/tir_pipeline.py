@@ -7,6 +7,7 @@
                    loop-carried vector updates of odd widths in register-sized chunks
                    (split_accumulators),
                    float max/min with numpy's NaN and -inf semantics (nan_extrema),
+                   vector casts of comparisons to numbers as selects (bool_casts),
                    software prefetch ahead of streamed reads where the schedule asks (prefetch);
                    after TVM's host finalization, small workspace allocations on the
                    stack (stack_scratch)
@@ -18,6 +19,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
+from .bool_casts import bool_casts
 from .nan_extrema import nan_extrema
 from .lane_sums import lane_sums
 from .prefetch import prefetch_func
@@ -36,7 +38,7 @@ def _factory(stream: bool):
         lower, finalize_host, finalize_device = default_s_tir_pipeline()
 
         def passes(f, _mod, _ctx):
-            f = prefetch_func(nan_extrema(split_func(lane_sums(sum_runs(shuffle_loads(f))))))
+            f = prefetch_func(bool_casts(nan_extrema(split_func(lane_sums(sum_runs(shuffle_loads(f)))))))
             return stream_func(f) if stream else f
 
         @tvm.transform.module_pass(opt_level=0, name="akgpy.VectorPasses")

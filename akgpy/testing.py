@@ -146,8 +146,11 @@ class Mismatch:
 
 
 def compare(g: Graph, got: Sequence[np.ndarray], inputs_after: Sequence[np.ndarray],
-            want: Sequence[np.ndarray], ref_inputs_after: Sequence[np.ndarray]) -> list[Mismatch]:
-    """Compare outputs and in-place targets; returns the mismatches (empty = pass)."""
+            want: Sequence[np.ndarray], ref_inputs_after: Sequence[np.ndarray], *,
+            equal_nan: bool = False) -> list[Mismatch]:
+    """Compare outputs and in-place targets; returns the mismatches (empty = pass). `equal_nan`:
+    a NaN the reference has too matches (inputs holding NaN); off, any NaN is a mismatch, so a
+    NaN-poisoned element a kernel left unwritten shows."""
     checks = list(zip(g.real_outputs, got, want, [None] * len(want)))
     targets = g.inplace_targets()
     for tname, value in targets.items():
@@ -163,7 +166,7 @@ def compare(g: Graph, got: Sequence[np.ndarray], inputs_after: Sequence[np.ndarr
         if tol == 0.0:
             ok = a == b
         else:
-            ok = np.isclose(a, b, rtol=tol, atol=tol, equal_nan=False)
+            ok = np.isclose(a, b, rtol=tol, atol=tol, equal_nan=equal_nan)
         if not ok.all():
             idx = np.unravel_index(np.argmin(ok), ok.shape) if ok.ndim else ()
             with np.errstate(all="ignore"):

@@ -12,11 +12,86 @@ builder graph and a composite file of the same computation hash equal.
 """
 from __future__ import annotations
 
+import contextlib
+import math
+import numbers
+import operator
 from typing import Any, Sequence
 
-from ..errors import ShapeError
-from ..ops.registry import broadcast_shapes
+import numpy as np
+
+from ..errors import AkgpyError, AttrError, ShapeError
+from ..ops.registry import broadcast_shapes, matmul_dims, normalize_axis
 from .ir import Graph, Op, Tensor
+
+
+def _index(v: Any) -> int:
+    """An int, or a numpy integer, as an int; a bool or a float is refused (4.7 is not a dim)."""
+    if isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{v!r} is a bool")
+    return operator.index(v)
+
+
+def _dims(shape: Any, *, tensor: str) -> tuple[int, ...]:
+    """A shape as a tuple of non-negative ints, refusing what numpy would refuse or truncate."""
+    if not isinstance(shape, (list, tuple)) and not (isinstance(shape, np.ndarray) and shape.ndim == 1):
+        raise ShapeError(f"shape must be a list or tuple of ints, got {shape!r:.60}", tensor=tensor)
+    try:
+        dims = tuple(_index(s) for s in shape)
+    except TypeError:
+        raise ShapeError(f"shape {list(shape)!r:.60} must hold ints", tensor=tensor) from None
+    if any(s < 0 for s in dims):
+        raise ShapeError(f"shape {list(dims)} has a negative dim", tensor=tensor)
+    return dims
+
+
+def _ints(values: Any, what: str, *, tensor: str) -> list[int]:
+    """An int or a list of ints (numpy integers included) for an axis-like argument."""
+    seq = values if isinstance(values, (list, tuple)) else [values]
+    try:
+        return [_index(v) for v in seq]
+    except TypeError:
+        raise AttrError(f"{what} must be an int or a list of ints, got {values!r:.60}", tensor=tensor) from None
+
+
+def _distinct_axes(axes: list[int], rank: int, *, tensor: str) -> list[int]:
+    """numpy's reading of a reduction's axes: an axis named twice (1 and -1 too) is refused."""
+    out = [normalize_axis(a, rank, tensor=tensor) for a in axes]
+    if len(set(out)) != len(out):
+        raise AttrError(f"axis {axes} names an axis twice", tensor=tensor)
+    return sorted(out)
+
+
+def _reshape_dims(size: int, spec: Any, *, tensor: str) -> list[int]:
+    """numpy's reshape spec: at most one -1, which takes the size the other dims leave."""
+    if not isinstance(spec, (list, tuple)):
+        raise ShapeError(f"shape must be a list or tuple of ints, got {spec!r:.60}", tensor=tensor)
+    unknown = [d for d, s in enumerate(spec) if not isinstance(s, bool) and isinstance(s, numbers.Integral) and s == -1]
+    if len(unknown) > 1:
+        raise ShapeError(f"shape {list(spec)} has more than one -1", tensor=tensor)
+    dims = list(_dims([1 if d in unknown else s for d, s in enumerate(spec)], tensor=tensor))
+    if unknown:
+        rest = math.prod(dims)
+        if rest == 0 or size % rest:
+            raise ShapeError(f"cannot reshape {size} elements to {list(spec)}", tensor=tensor)
+        dims[unknown[0]] = size // rest
+    return dims
+
+
+def _need_value(x: Any, op: str) -> None:
+    if not isinstance(x, Value):
+        raise ShapeError(f"expected a Value of this builder, got {type(x).__name__} {x!r:.40}", op=op)
+
+
+@contextlib.contextmanager
+def _for_op(name: str, tensor: str):
+    """Name the op in an error a shared helper raised without one."""
+    try:
+        yield
+    except AkgpyError as e:
+        if e.op is not None:
+            raise
+        raise type(e)(e.message, op=name, tensor=e.tensor or tensor) from None
 
 
 class Value:
@@ -82,6 +157,10 @@ class GraphBuilder:
 
     def _const(self, v: Any, dtype: str) -> Value:
         name = self._fresh("const")
+        if hasattr(v, "item") and getattr(v, "ndim", None) == 0:  # a numpy scalar
+            v = v.item()
+        if not isinstance(v, (bool, int, float)):
+            raise ShapeError(f"an operand must be a Value or a real number, got {type(v).__name__} {v!r:.40}")
         self._tensors[name] = Tensor(name, (1,), dtype, value=v)
         return Value(self, name)
 
@@ -93,8 +172,10 @@ class GraphBuilder:
     def op(self, name: str, inputs: Sequence[Value], shape: Sequence[int], dtype: str, fmt: str = "DefaultFormat",
            /, **attrs) -> Value:
         """Add any op of the table with an explicit output desc (the generic escape hatch)."""
+        for v in inputs:
+            _need_value(v, name)
         out = self._fresh(name.lower())
-        self._tensors[out] = Tensor(out, tuple(int(s) for s in shape), dtype, fmt)
+        self._tensors[out] = Tensor(out, _dims(shape, tensor=out), dtype, fmt)
         self._ops.append(Op(name, tuple(v.name for v in inputs), (out,),
                             {k: tuple(v) if isinstance(v, list) else v for k, v in attrs.items()}))
         return Value(self, out)
@@ -109,19 +190,21 @@ class GraphBuilder:
         return self.op(name, [a, b], shape, dtype or like.dtype)
 
     def _unary(self, name: str, x: Value) -> Value:
+        _need_value(x, name)
         return self.op(name, [x], x.shape, x.dtype)
 
     # -- public API ----------------------------------------------------------------------
     def input(self, name: str, shape: Sequence[int], dtype: str = "float32", fmt: str = "DefaultFormat") -> Value:
+        if not isinstance(name, str) or not name:
+            raise ShapeError(f"an input name must be a non-empty string, got {name!r:.40}")
         if name in self._tensors:
             raise ShapeError("input name used twice", tensor=name)
-        self._tensors[name] = Tensor(name, tuple(int(s) for s in shape), dtype, fmt)
+        self._tensors[name] = Tensor(name, _dims(shape, tensor=name), dtype, fmt)
         self._inputs.append(name)
         return Value(self, name)
 
     def weight(self, name: str, value) -> Value:
         """An input whose value is known now (a model weight): the program binds it itself."""
-        import numpy as np
         from .. import dtypes
         arr = np.ascontiguousarray(value)
         v = self.input(name, arr.shape, dtypes.from_numpy(arr.dtype, tensor=name))
@@ -129,6 +212,8 @@ class GraphBuilder:
         return v
 
     def output(self, *values: Value) -> None:
+        for v in values:
+            _need_value(v, "output")
         self._outputs.extend(v.name for v in values)
 
     def build(self) -> Graph:
@@ -157,35 +242,53 @@ class GraphBuilder:
     def relu(self, x): return self.maximum(x, 0.0)
 
     def cast(self, x: Value, dtype: str) -> Value:
+        _need_value(x, "Cast")
         return self.op("Cast", [x], x.shape, dtype, dst_type=dtype)
 
     def select(self, cond: Value, a: Any, b: Any) -> Value:
+        _need_value(cond, "Select")
+        if not isinstance(a, Value) and not isinstance(b, Value):
+            raise ShapeError("Select needs at least one tensor branch", op="Select", tensor=cond.name)
         like = a if isinstance(a, Value) else b
         a, b = self._as_value(a, like), self._as_value(b, like)
         return self.op("Select", [cond, a, b], cond.shape, like.dtype)
 
     def addn(self, *xs: Value) -> Value:
+        if not xs:
+            raise ShapeError("AddN needs at least one operand", op="AddN")
+        for v in xs:
+            _need_value(v, "AddN")
         return self.op("AddN", list(xs), xs[0].shape, xs[0].dtype, n=len(xs))
 
     def broadcast_to(self, x: Any, shape: Sequence[int], dtype: str = "float32") -> Value:
         x = x if isinstance(x, Value) else self._const(x, dtype)
-        return self.op("BroadcastTo", [x], shape, x.dtype, shape=list(shape))
+        with _for_op("BroadcastTo", x.name):
+            shape = list(_dims(shape, tensor=x.name))
+        return self.op("BroadcastTo", [x], shape, x.dtype, shape=shape)
 
     def reshape(self, x: Value, shape: Sequence[int]) -> Value:
-        shape = list(shape)
-        if -1 in shape:
-            known = 1
-            for s in shape:
-                known *= s if s != -1 else 1
-            shape[shape.index(-1)] = x.tensor.size // max(known, 1)
+        _need_value(x, "Reshape")
+        with _for_op("Reshape", x.name):
+            shape = _reshape_dims(x.tensor.size, shape, tensor=x.name)
         return self.op("Reshape", [x], shape, x.dtype, shape=shape)
 
     def transpose(self, x: Value, perm: Sequence[int]) -> Value:
-        return self.op("Transpose", [x], [x.shape[p] for p in perm], x.dtype, perm=list(perm))
+        _need_value(x, "Transpose")
+        rank = len(x.shape)
+        with _for_op("Transpose", x.name):
+            perm = [normalize_axis(p, rank, tensor=x.name) for p in _ints(perm, "perm", tensor=x.name)]
+            if sorted(perm) != list(range(rank)):
+                raise AttrError(f"perm {perm} is not a permutation of rank {rank}", tensor=x.name)
+        return self.op("Transpose", [x], [x.shape[p] for p in perm], x.dtype, perm=perm)
 
     def _reduce(self, name: str, x: Value, axis, keepdims: bool) -> Value:
+        _need_value(x, name)
         rank = len(x.shape)
-        axes = list(range(rank)) if axis is None else [a % rank for a in ([axis] if isinstance(axis, int) else axis)]
+        with _for_op(name, x.name):
+            if isinstance(axis, (list, tuple)) and not axis:  # numpy reduces over nothing; the table, over all
+                raise AttrError("axis=() reduces no axis; pass axis=None to reduce every axis", tensor=x.name)
+            axes = list(range(rank)) if axis is None else _distinct_axes(_ints(axis, "axis", tensor=x.name), rank,
+                                                                          tensor=x.name)
         shape = [1 if d in axes else s for d, s in enumerate(x.shape)] if keepdims else \
                 [s for d, s in enumerate(x.shape) if d not in axes]
         return self.op(name, [x], shape, x.dtype, axis=axes, keep_dims=keepdims)
@@ -198,17 +301,21 @@ class GraphBuilder:
 
     def matmul(self, a: Value, b: Value, *, transpose_a: bool = False, transpose_b: bool = False,
                dst_type: str | None = None, bias: Value | None = None) -> Value:
-        m = a.shape[-1] if transpose_a else a.shape[-2]
-        n = b.shape[-2] if transpose_b else b.shape[-1]
         ins = [a, b] + ([bias] if bias is not None else [])
+        for v in ins:
+            _need_value(v, "MatMul")
+        attrs = {"transpose_a": bool(transpose_a), "transpose_b": bool(transpose_b)}
+        with _for_op("MatMul", b.name):
+            batch, m, _, n = matmul_dims(Op("MatMul", (a.name, b.name), (), attrs), a.tensor, b.tensor)
         dst = dst_type or a.dtype
-        return self.op("MatMul", ins, [*a.shape[:-2], m, n], dst, transpose_a=transpose_a,
-                       transpose_b=transpose_b, dst_type=dst)
+        return self.op("MatMul", ins, [*batch, m, n], dst, **attrs, dst_type=dst)
 
     def inplace_assign(self, target: Value, value: Value, passthrough: Value | None = None,
                        fake_output: bool = True) -> Value:
         p = passthrough if passthrough is not None else value
+        _need_value(p, "InplaceAssign")
         return self.op("InplaceAssign", [target, value, p], p.shape, p.dtype, fake_output=fake_output)
 
     def assign(self, target: Value, value: Value) -> Value:
+        _need_value(target, "Assign")
         return self.op("Assign", [target, value], target.shape, target.dtype)

@@ -136,7 +136,9 @@ class Graph:
         from ..ops.registry import lookup  # late: registry imports this module
         for t in self.tensors.values():
             dtypes.check(t.dtype, tensor=t.name)
-            if any((not isinstance(s, int)) or s < 0 for s in t.shape):
+            if not isinstance(t.shape, tuple):
+                raise ShapeError(f"shape must be a tuple of ints, got {t.shape!r:.60}", tensor=t.name)
+            if any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in t.shape):
                 raise ShapeError(f"shape {list(t.shape)} must be non-negative ints", tensor=t.name)
             if 0 in t.shape:  # nothing to compute, and a reduction over it would need identities
                 raise ShapeError(f"shape {list(t.shape)} has no elements; akgpy does not compile empty tensors",

@@ -118,29 +118,38 @@ def _same_dtype(ins: Sequence[Tensor], out: Tensor | None = None) -> str:
     return kinds.pop() if kinds else (out.dtype if out is not None else ins[0].dtype)
 
 
-def _normalize_axes(axis, rank: int, *, tensor: str) -> tuple[int, ...]:
-    if isinstance(axis, bool) or axis is None:
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def normalize_axis(a, rank: int, *, tensor: str | None = None) -> int:
+    """One axis in [-rank, rank) as numpy reads it, made non-negative (a rank-0 tensor takes axis 0)."""
+    if not _is_int(a) or not -rank <= a < max(rank, 1):
+        raise AttrError(f"axis {a!r} out of range for rank {rank}", tensor=tensor)
+    return a % rank if rank else 0
+
+
+def normalize_axes(axis, rank: int, *, tensor: str | None = None) -> tuple[int, ...]:
+    """An int or a list of ints -> sorted distinct non-negative axes; [] means every axis. An axis
+    named twice (1 and -1) is reduced once, as AKG and onnxruntime read it."""
+    if _is_int(axis):
+        return (normalize_axis(axis, rank, tensor=tensor),)
+    if not isinstance(axis, (list, tuple)):
         raise AttrError(f"axis must be an int or a list of ints, got {axis!r}", tensor=tensor)
-    axes = [axis] if isinstance(axis, int) else list(axis)
-    if not axes:
+    if not axis:
         return tuple(range(rank))
-    out = set()
-    for a in axes:
-        if not isinstance(a, int) or not -rank <= a < max(rank, 1):
-            raise AttrError(f"axis {a!r} out of range for rank {rank}", tensor=tensor)
-        out.add(a % rank if rank else 0)
-    return tuple(sorted(out))
+    return tuple(sorted({normalize_axis(a, rank, tensor=tensor) for a in axis}))
 
 
 def reduce_axes(op: Op, x: Tensor) -> tuple[int, ...]:
-    return _normalize_axes(op.attr("axis", []), len(x.shape), tensor=x.name)
+    return normalize_axes(op.attr("axis", []), len(x.shape), tensor=x.name)
 
 
 def _int_list(op: Op, key: str, default=...) -> tuple[int, ...]:
     v = op.attr(key, default)
-    if isinstance(v, int) and not isinstance(v, bool):
+    if _is_int(v):
         v = [v]
-    if not isinstance(v, (list, tuple)) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+    if not isinstance(v, (list, tuple)) or not all(_is_int(x) for x in v):
         raise AttrError(f"attribute {key!r} must be a list of ints, got {v!r}")
     return tuple(v)
 
@@ -258,6 +267,21 @@ def matmul_dims(op: Op, a: Tensor, b: Tensor):
     return tuple(la[:-2]), m, ka, n
 
 
+def _contraction_dtypes(a: Tensor, b: Tensor, dst: str) -> None:
+    """The dtypes whose contraction the kernel and numpy compute alike. numpy's bool @ bool is an
+    OR of ANDs, a float contraction rounded to an integer is rounded once at the end, and a
+    contraction into bool has no accumulator: the kernel does none of these."""
+    if a.dtype == b.dtype == "bool":
+        raise ShapeError("a contraction of two bool operands is not supported (numpy computes an OR of "
+                         "ANDs, not a sum): cast an operand to a number first", tensor=b.name)
+    if dst == "bool":
+        raise ShapeError("a contraction into bool is not supported: contract into a number and compare",
+                         tensor=b.name)
+    if dst.startswith(("int", "uint")) and any(t.dtype.startswith(("float", "complex")) for t in (a, b)):
+        raise ShapeError(f"a contraction of {a.dtype} and {b.dtype} operands into {dst} is not supported: "
+                         f"contract into a float and Cast the result", tensor=b.name)
+
+
 def matmul(op, ins, outs):
     batch, m, _, n = matmul_dims(op, ins[0], ins[1])
     dst = op.attr("dst_type", outs[0].dtype)
@@ -267,6 +291,7 @@ def matmul(op, ins, outs):
                          tensor=out.name)
     if out.dtype != dst:
         raise ShapeError(f"declared dtype {out.dtype} but dst_type is {dst}", tensor=out.name)
+    _contraction_dtypes(ins[0], ins[1], out.dtype)
     if len(ins) == 3:
         broadcast_shapes([ins[2].shape, (*batch, m, n)], tensor=ins[2].name)
 
@@ -293,6 +318,7 @@ def conv2d(op, ins, outs):
     if sh < 1 or sw < 1 or kh > h or kw > wd:
         raise ShapeError(f"kernel {kh}x{kw} stride {sh}x{sw} does not fit {h}x{wd}", tensor=w.name)
     _expect(outs[0], (n, (h - kh) // sh + 1, (wd - kw) // sw + 1, o), op.attr("dst_type", outs[0].dtype))
+    _contraction_dtypes(x, w, outs[0].dtype)
 
 
 def pad(op, ins, outs):
@@ -315,14 +341,11 @@ def one_hot(op, ins, outs):
     depth = op.attr("depth")
     axis = op.attr("axis", -1)
     idx = ins[0]
-    if not isinstance(depth, int) or depth < 0:
+    if not _is_int(depth) or depth < 0:
         raise AttrError(f"depth must be a non-negative int, got {depth!r}")
     if idx.dtype not in ("int32", "int64", "int8", "int16", "uint8"):
         raise ShapeError(f"indices must be integers, got {idx.dtype}", tensor=idx.name)
-    rank = len(idx.shape) + 1
-    if not -rank <= axis < rank:
-        raise AttrError(f"axis {axis} out of range for rank {rank}")
-    axis = axis % rank
+    axis = normalize_axis(axis, len(idx.shape) + 1, tensor=outs[0].name)
     shape = list(idx.shape)
     shape.insert(axis, depth)
     _expect(outs[0], shape, None)
@@ -347,7 +370,7 @@ def complex_part(op, ins, outs):
 
 def concat(op, ins, outs):
     rank = len(ins[0].shape)
-    axis = _normalize_axes(op.attr("axis"), rank, tensor=outs[0].name)[0]
+    axis = normalize_axis(op.attr("axis"), rank, tensor=outs[0].name)
     for t in ins[1:]:
         if len(t.shape) != rank or any(a != b for d, (a, b) in enumerate(zip(t.shape, ins[0].shape)) if d != axis):
             raise ShapeError(f"{list(t.shape)} does not concatenate with {list(ins[0].shape)} on axis {axis}",
@@ -377,7 +400,7 @@ def gather(op, ins, outs):
     params, idx = ins
     if idx.dtype not in ("int32", "int64"):
         raise ShapeError(f"indices must be int32 or int64, got {idx.dtype}", tensor=idx.name)
-    axis = _normalize_axes(op.attr("axis", 0), len(params.shape), tensor=outs[0].name)[0]
+    axis = normalize_axis(op.attr("axis", 0), len(params.shape), tensor=outs[0].name)
     _expect(outs[0], (*params.shape[:axis], *idx.shape, *params.shape[axis + 1:]), params.dtype)
 
 

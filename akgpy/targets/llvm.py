@@ -94,13 +94,28 @@ def is_x86(tgt) -> bool:
 
 
 def resolve(target) -> "tvm.target.Target":
-    if isinstance(target, tvm.target.Target):
-        return target
-    if target in (None, "llvm", "cpu", "host"):
+    """The tvm Target for `target`, refused unless it is an LLVM target whose code this host runs:
+    a program is called right here, so a GPU or another architecture's target cannot be built."""
+    if target is None or (isinstance(target, str) and target in ("llvm", "cpu", "host")):
         return host_target()
     if isinstance(target, dict):
-        return tvm.target.Target(target)
-    raise CompileError(f"unsupported target {target!r}: akgpy compiles for 'llvm' (the host CPU) so far")
+        try:
+            tgt = tvm.target.Target(target)
+        except Exception as e:  # TVM's ValueError/TVMError on a malformed config
+            raise CompileError(f"invalid target {target!r:.120}: {str(e).strip().splitlines()[0][:200]}") from None
+    elif isinstance(target, tvm.target.Target):
+        tgt = target
+    else:
+        raise CompileError(f"unsupported target {target!r:.120}: akgpy compiles for 'llvm' (the host CPU) so far")
+    if tgt.kind.name != "llvm":
+        raise CompileError(f"unsupported target kind {tgt.kind.name!r} ({target!r:.120}): akgpy compiles for "
+                           f"'llvm' (the host CPU) so far")
+    triple = str(tgt.attrs.get("mtriple", "") or "")
+    host = str(tvm.target.codegen.llvm_get_system_triple())
+    if triple and triple.split("-")[0] != host.split("-")[0]:
+        raise CompileError(f"target triple {triple!r} is not the host's ({host!r}): akgpy runs what it compiles "
+                           f"on this machine")
+    return tgt
 
 
 # LLVM's machine scheduler holds back independent work that would raise register pressure. With

@@ -17,7 +17,7 @@ def misaligned(a: np.ndarray, offset_bytes: int = 4) -> np.ndarray:
     start = (-raw.ctypes.data) % ALIGN + offset_bytes
     out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
     out[...] = a
-    assert out.ctypes.data % ALIGN != 0
+    assert out.ctypes.data % ALIGN != 0  # numpy calls it aligned only when offset_bytes is a multiple of the itemsize
     return out
 
 
@@ -29,7 +29,7 @@ def _axpy(n=1000):
     return b.build()
 
 
-def test_misaligned_and_strided_inputs_are_copied_not_crashed():
+def test_misaligned_and_strided_inputs_are_right_not_crashed():
     g = _axpy()
     prog = akgpy.fuse(g)
     x = np.arange(1000, dtype=np.float32)
@@ -90,7 +90,7 @@ def test_kernel_func_checks_each_array_and_the_machine_code_checks_none():
     np.testing.assert_array_equal(out, np.arange(1000, dtype=np.float32) * 2 + 1)
     with pytest.raises(ArgumentError, match="takes 3 arrays"):
         k.func(x, y)
-    bad = [(misaligned(x), "x", "aligned"), (x.astype(np.float64), "x", "expects float32"),
+    bad = [(misaligned(x, 2), "x", "aligned"), (x.astype(np.float64), "x", "expects float32"),
            (x[:999], "x", "expects float32"), (3, "x", "expects float32"), (out[::-1], "add", "aligned")]
     for a, tensor, message in bad:
         args = [a, y, out] if tensor == "x" else [x, y, a]
@@ -296,15 +296,9 @@ def test_concurrent_calls_never_share_an_output():
     assert not bad
 
 
-def test_an_input_checked_once_is_not_checked_again_while_it_lives(monkeypatch):
-    """Whether an input can be passed as is (aligned, contiguous, writable) is remembered for
-    the same array object through a weak reference (numpy will not resize an array that has
-    one); another array is checked, a misaligned one copied, and one whose memory __setstate__
-    replaced (found by review: a remembered misaligned pointer crashed) is checked again."""
-    from akgpy.runtime import program
-    seen = []
-    real = program.is_direct
-    monkeypatch.setattr(program, "is_direct", lambda arr: seen.append(arr.shape) or real(arr))
+def test_an_input_is_read_where_it_is_whatever_its_memory_becomes():
+    """Nothing about an input array is remembered between calls: one whose memory __setstate__
+    replaced (found by review when the runtime remembered pointers) is read at its new memory."""
     b = akgpy.GraphBuilder("memo")
     x = b.input("x", (64, 256))
     b.output(x * 2.0)
@@ -313,20 +307,14 @@ def test_an_input_checked_once_is_not_checked_again_while_it_lives(monkeypatch):
     a[:] = 1.0
     for _ in range(3):
         assert (prog(a)[0] == 2.0).all()
-    assert len(seen) == 1
-    with pytest.raises(ValueError):
-        a.resize((128, 256))  # the weak reference pins the data pointer
     raw = aligned_empty((64 * 256 + 16,), np.float32)
     shifted = raw[1:1 + 64 * 256].reshape(64, 256)  # 4 bytes off the 64-byte boundary
     shifted[:] = 3.0
-    assert (prog(shifted)[0] == 6.0).all() and len(seen) == 2
-    assert (prog(a)[0] == 2.0).all() and len(seen) == 2  # still remembered: a misaligned one is not
-    for _ in range(20):  # new memory under the same array object, until it is misaligned
-        a.__setstate__((1, (64, 256), np.dtype(np.float32), False, np.full(64 * 256, 4.0, np.float32).tobytes()))
-        if a.__array_interface__["data"][0] % ALIGN:
-            break
-    n = len(seen)
-    assert (prog(a)[0] == 8.0).all() and len(seen) == n + 1
+    assert (prog(shifted)[0] == 6.0).all()
+    for v in (4.0, 5.0):
+        a.__setstate__((1, (64, 256), np.dtype(np.float32), False, np.full(64 * 256, v, np.float32).tobytes()))
+        assert (prog(a)[0] == 2 * v).all()
+    assert "copies: none" in prog.report()
 
 
 @pytest.mark.parametrize("change", ["readonly", "shape", "dtype", "memory"])

@@ -10,8 +10,8 @@ program is built and reused by every call, and the kernel is called on the array
 Going through each group's Program instead (argument checks, fresh outputs) cost 0.4 ms of
 2.8 on the ResNet bottleneck, and 0.6 of 12 on the BERT layer. Graph outputs are fresh arrays
 on every call, because the caller keeps them. Because of the shared buffers, one program runs
-one call at a time (a lock). Kernels assume 64-byte aligned operands (as torch's CPU allocator
-makes them); an unaligned input is copied once per call.
+one call at a time (a lock). Kernels assume of an input only its dtype's alignment (te/abi.py):
+the caller's arrays go to them as they are unless not C-contiguous or read-only (then copied).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import ArgumentError
 from ..fusion.partition import Group, Partition
-from .program import Kernel, OutputPool, Program, aligned_empty, as_aligned, as_numpy
+from .program import Kernel, OutputPool, Program, aligned_empty, as_aligned, as_direct, as_numpy
 
 
 def _direct_params(st: "Step", g) -> list[tuple] | None:
@@ -73,7 +73,7 @@ class ModelProgram:
         keep = set(g.outputs) | set(g.inputs)
         self._free_after = [[t for t, k2 in last.items() if k2 == k and t not in keep] for k in range(len(steps))]
         self._times: list[float] | None = None
-        # Kernels take unaligned arrays only through a copy: align the weights once, not per call.
+        # The weights live as long as the program: each where its own buffer starts a cache line.
         self._bound = {n: as_aligned(a) for n, a in g.bound.items()}
         self._direct = [_direct_params(st, g) for st in steps]
         self._buffers = {name: aligned_empty(shape, dt) for params in self._direct if params
@@ -113,7 +113,7 @@ class ModelProgram:
             t, a = g.tensors[name], as_numpy(x, name)
             if a.dtype != dtypes.to_numpy(t.dtype) or a.shape != t.shape:
                 raise ArgumentError(f"expected {t.dtype}{list(t.shape)}, got {a.dtype}{list(a.shape)}", tensor=name)
-            env[name] = as_aligned(a)
+            env[name] = as_direct(a)
         return env
 
     def __call__(self, *arrays: Any) -> tuple[np.ndarray, ...]:
@@ -142,7 +142,7 @@ class ModelProgram:
             else:
                 outs = st.run([env[n] for n in st.group.inputs])
                 if st.group.kind != "view":
-                    outs = [as_aligned(o) for o in outs]
+                    outs = [as_direct(o) for o in outs]
                     fresh.update(st.group.outputs)
                 env.update(zip(st.group.outputs, outs))
             if times is not None:

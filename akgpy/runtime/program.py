@@ -4,17 +4,21 @@ Calling convention (MindSpore's): `prog(*inputs)` takes the graph's inputs in in
 order, returns the real outputs in output_desc order, and writes InplaceAssign/Assign
 results into the input arrays they target.
 
-Host kernels assume 64-byte aligned, compact buffers (a misaligned pointer can crash the
-vectorised code), so an argument is passed zero-copy only when it is aligned, C-contiguous
-and writable where written; otherwise it goes through an aligned copy, copied back if the
-kernel writes it. Outputs are allocated aligned here.
+A kernel reads the caller's arrays where they are: it assumes of an input or in-place target
+only the alignment its dtype has (te/abi.py), which every numpy array that numpy calls aligned
+has. An argument is copied only where its layout truly requires it: not C-contiguous, or
+read-only (DLPack exports no read-only array). An in-place target that overlaps another
+argument is written apart and copied in after the kernel, so a kernel never reads what it has
+already overwritten; two in-place targets that overlap are refused. Outputs are allocated here,
+64-byte aligned (streaming stores write whole lines). `Program.report()` says which path the
+calls took and what they copied.
 """
 from __future__ import annotations
 
 import itertools
 import sys
 import threading
-import weakref
+from collections import Counter
 from typing import Any, Sequence
 
 import numpy as np
@@ -123,15 +127,29 @@ class OutputPool:
 
 
 def as_aligned(a: np.ndarray) -> np.ndarray:
-    """`a` itself when a kernel can take it (aligned, C-contiguous, writable), else one
-    aligned copy (from any layout)."""
+    """`a` itself when it is C-contiguous, writable and 64-byte aligned, else one aligned copy
+    (from any layout): what a buffer akgpy keeps for many calls (a model's weights) is made."""
+    return a if is_direct(a) and a.__array_interface__["data"][0] % ALIGN == 0 else as_aligned_copy(a)
+
+
+def as_direct(a: np.ndarray) -> np.ndarray:
+    """`a` itself when a kernel can take it as an input, else one copy (from any layout)."""
     return a if is_direct(a) else as_aligned_copy(a)
 
 
 def is_direct(a: np.ndarray) -> bool:
-    """A kernel can take `a` itself: C-contiguous, writable (DLPack cannot export read-only
-    arrays) and 64-byte aligned."""
-    return a.flags.carray and a.__array_interface__["data"][0] % ALIGN == 0
+    """A kernel can take `a` itself as an input or in-place target: C-contiguous, writable
+    (DLPack cannot export read-only arrays) and aligned for its dtype (numpy's ALIGNED flag;
+    te/abi.py: what the kernel assumes of the caller's arrays)."""
+    return a.flags.carray
+
+
+def why_copied(a: np.ndarray) -> str:
+    if not a.flags.c_contiguous:
+        return "not C-contiguous"
+    if not a.flags.writeable:
+        return "read-only (DLPack exports no read-only array)"
+    return f"not aligned for {a.dtype}"
 
 
 def as_aligned_copy(a: np.ndarray) -> np.ndarray:
@@ -181,8 +199,9 @@ class Kernel:
     def func(self, *arrays: Any) -> None:
         """The kernel on `arrays`, one per parameter in `params` order (outputs and in-place
         targets written in place), each checked first: a numpy array (or DLPack tensor) of the
-        parameter's storage dtype and shape, C-contiguous, writable and 64-byte aligned
-        (`aligned_empty` makes one). A wrong one raises ArgumentError; the machine code itself
+        parameter's storage dtype and shape, C-contiguous, writable and aligned as `Param.align`
+        says (the dtype's alignment for inputs and in-place targets, 64 bytes for outputs:
+        `aligned_empty` makes one). A wrong one raises ArgumentError; the machine code itself
         would read out of bounds or crash on it."""
         if len(arrays) != len(self.params):
             raise ArgumentError(f"kernel {self.name} takes {len(self.params)} arrays "
@@ -193,12 +212,19 @@ class Kernel:
             if a.dtype != dtypes.to_numpy(p.dtype) or a.shape != p.shape:
                 raise ArgumentError(f"kernel {self.name} expects {p.dtype}{list(p.shape)} for this {p.kind}, "
                                     f"got {a.dtype}{list(a.shape)}", tensor=p.tensor)
-            if not is_direct(a):
-                raise ArgumentError(f"kernel {self.name} takes only C-contiguous, writable, {ALIGN}-byte aligned "
-                                    "arrays (akgpy.runtime.program.aligned_empty makes one; a Program call copies)",
-                                    tensor=p.tensor)
+            if not a.flags.carray or a.__array_interface__["data"][0] % p.align:
+                raise ArgumentError(f"kernel {self.name} takes only C-contiguous, writable, {p.align}-byte aligned "
+                                    f"arrays for this {p.kind} (akgpy.runtime.program.aligned_empty makes one; a "
+                                    "Program call copies where needed)", tensor=p.tensor)
             args.append(a)
         self.unchecked(*args)
+
+    @property
+    def schedule_summary(self) -> str:
+        """The first line of explain()'s account: which schedule path built this kernel."""
+        if self._report is not None:
+            return self._report.partition("\n")[0]
+        return "schedule path: plain"
 
     @property
     def tir(self) -> str:
@@ -264,7 +290,11 @@ class Program:
         self._pool_lock = threading.Lock()
         self._last: list[np.ndarray] = []  # the previous call's output arrays (see _outputs_for_call)
         self._owners: list[list] = []  # each one's [memory owner, its references when it was new]
-        self._direct_refs: list[Any] = [None] * len(graph.inputs)  # see _direct
+        # in-place targets' input indices, and the inputs each could overlap (every other one)
+        self._targets = [i for i, n in enumerate(graph.inputs) if n in self._written]
+        self._calls = 0
+        self._copies: Counter = Counter()  # (tensor, what was done, why) -> calls
+        self._last_copies: list[tuple[str, str, str]] = []
 
     def _plan(self, k: Kernel, p: Param) -> tuple:
         """How `p` is passed: (kind, index (an input's in graph.inputs, an output's in
@@ -339,30 +369,29 @@ class Program:
         entry[0] = owner = self._last[i].base
         entry[1] = sys.getrefcount(owner)
 
-    def _direct(self, i: int, a: np.ndarray) -> bool:
-        """is_direct(a) for graph input i, remembered for the array that passed by a weak
-        reference to it and its base: reading the data pointer through __array_interface__
-        costs ~1 us warm per input, several after the caches went cold (40-50 us a call on
-        bert ~4253). A live array keeps its pointer: numpy refuses to resize one that has a
-        weak reference, its `data` cannot be assigned, and __setstate__ gives it a new base
-        (the pickled bytes) or, byte-swapped, a dtype the call rejects."""
-        memo = self._direct_refs[i]
-        if memo is not None and memo[0]() is a and a.base is memo[1]:
-            return a.flags.carray
-        if not is_direct(a):
-            return False
-        try:
-            self._direct_refs[i] = (weakref.ref(a), a.base)
-        except TypeError:  # an ndarray subclass without weak reference support
-            pass
-        return True
+    def _overlapping(self, args: list[np.ndarray]) -> set[int]:
+        """Input indices of the in-place targets that share memory with another argument (those
+        are written apart); two targets that overlap are refused: which write would win?"""
+        hit = set()
+        for t in self._targets:
+            for j, other in enumerate(args):
+                if j != t and np.may_share_memory(args[t], other):
+                    if j in self._targets:
+                        names = self.graph.inputs
+                        raise ArgumentError(f"in-place targets {names[t]!r} and {names[j]!r} share memory: "
+                                            "each receives its own result, pass separate arrays", tensor=names[t])
+                    hit.add(t)
+        return hit
 
     def __call__(self, *arrays: Any) -> tuple[np.ndarray, ...]:
         args = self._check(arrays)
+        overlap = self._overlapping(args) if self._targets else ()
         with self._pool_lock:
             # a copy taken under the lock: its references mark the arrays in use, so a call
             # running alongside takes other ones
             outs = list(self._outputs_for_call())
+            self._calls += 1
+        copies = []
         results: dict[str, np.ndarray] = {}
         for func, plan in self._plans:
             call_args, writebacks = [], []
@@ -373,10 +402,16 @@ class Program:
                     continue
                 a = args[i]
                 if kind == _IN:
-                    a = a if self._direct(i, a) else as_aligned_copy(a)
-                elif kind == _INPLACE_READ or not self._direct(i, a):
-                    # in place into a misaligned target, or one this kernel also reads elsewhere:
-                    # written apart, then copied into the caller's array
+                    if not a.flags.carray:
+                        copies.append((p.tensor, "input copied", why_copied(a)))
+                        a = as_aligned_copy(a)
+                elif kind == _INPLACE_READ or i in overlap or not a.flags.carray:
+                    # written apart, then copied into the caller's array: the kernel also reads the
+                    # target elsewhere, another argument shares its memory, or its layout is not one
+                    # a kernel can write
+                    if kind != _INPLACE_READ:
+                        copies.append((p.tensor, "in-place result written apart and copied back",
+                                       "overlaps another argument" if i in overlap else why_copied(a)))
                     buf = aligned_empty(p.shape, p.dtype)
                     writebacks.append((a, buf))
                     call_args.append(buf)
@@ -385,7 +420,32 @@ class Program:
             func(*call_args)
             for dst, buf in writebacks:
                 np.copyto(dst, buf.view(dst.dtype).reshape(dst.shape) if dst.dtype.kind == "c" else buf.reshape(dst.shape))
+        if copies or self._last_copies:
+            with self._pool_lock:
+                self._copies.update(copies)
+                self._last_copies = copies
         return tuple(_from_storage(results[n], dtype, shape) for n, dtype, shape in self._results)
+
+    def report(self) -> str:
+        """The kernel(s) and what each argument requires, then what the calls so far did: which
+        arguments went to the kernel as they were and which were copied, and why."""
+        lines = [repr(self)]
+        for k in self.kernels:
+            lines.append(f"kernel {k.name}: {k.schedule_summary}")
+            for p in k.params:
+                need = ("allocated by akgpy, 64-byte aligned" if p.kind == "output"
+                        else f"passed in place when C-contiguous and writable ({p.align}-byte aligned, as numpy aligns {p.dtype})")
+                lines.append(f"  {p.kind:7} {p.tensor}: {p.dtype}{list(p.shape)}, {need}")
+        lines.append(f"calls: {self._calls}")
+        if not self._copies:
+            lines.append("copies: none (every argument went to the kernel in place)" if self._calls else "copies: none yet")
+        else:
+            lines.append("copies, over all calls (tensor: what, why: calls):")
+            lines += [f"  {t}: {what}, {why}: {n}" for (t, what, why), n in sorted(self._copies.items())]
+            last = self._last_copies
+            lines.append("last call: " + ("; ".join(f"{t} {what} ({why})" for t, what, why in last) if last
+                                          else "every argument in place"))
+        return "\n".join(lines)
 
 
 def _from_storage(buf: np.ndarray, dtype: str, shape: tuple) -> np.ndarray:

@@ -29,6 +29,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..dtypes import to_numpy
+from ..te.abi import OUTPUT_ALIGN
 from ..te.lower import Lowered
 from .config import ScheduleConfig
 
@@ -63,7 +64,8 @@ def stream_candidates(low: Lowered, cfg: ScheduleConfig) -> tuple[list, bool, st
     only stores of whole lines may (a read-heavy kernel below stream_min_bytes), and when there
     are none, why)."""
     moved = sum(_bytes(p) for p in low.params)
-    outputs = [p for p in low.params if p.kind != "input" and _bytes(p) >= MIN_OUTPUT]
+    # only arrays the runtime allocates start on a line; in-place targets are the caller's memory
+    outputs = [p for p in low.params if p.kind != "input" and p.align >= OUTPUT_ALIGN and _bytes(p) >= MIN_OUTPUT]
     written = sum(_bytes(p) for p in outputs)
     read = sum(_bytes(p) for p in low.params if p.kind != "output")
     low_bar = cfg.stream_read_heavy_min_bytes if written <= read else 0

@@ -9,7 +9,7 @@ TVM has no TIR form for such a store, and vector stores exist only after its low
 runs as one more pass at the end of TVM's pipeline (`targets/tir_pipeline.py`). A
 vector store into an output the schedule marked (`ATTR`) qualifies when it writes whole cache
 lines: a multiple of 64 bytes, at an offset the loop variables' coefficients prove 64-byte
-aligned (kernel arguments are 64-byte aligned; TVM's own code already assumes it). A 16- or
+aligned (the marked outputs are 64-byte aligned: `te/abi.py`; in-place targets are never marked). A 16- or
 32-byte store qualifies only as the innermost loop's consecutive vectors, that loop starting
 on a line and covering whole lines: streaming 16-byte stores scattered across rows made a
 yolo transpose 2.1x slower (write-combining buffers left partial lines for memory to merge),

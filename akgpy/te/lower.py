@@ -16,12 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
 from tvm import te, tirx
 
 from ..errors import CompileError, UnsupportedOpError
 from ..graph.ir import Graph, Op, Tensor
 from ..graph.ranges import value_ranges
 from ..ops.registry import uses_logical_broadcast
+from .abi import param_align, with_alignment
 from .index import operand_index
 
 
@@ -32,6 +34,7 @@ class Param:
     tensor: str  # graph tensor name
     shape: tuple[int, ...]  # storage shape (complex: trailing 2)
     dtype: str  # storage dtype (complex: its float part)
+    align: int  # bytes of alignment the kernel assumes of the array's start (te/abi.py)
 
 
 @dataclass
@@ -165,18 +168,20 @@ class Lowerer:
                 t = self.compute(shape, _copy_fn(operand, desc), role="output", suffix=f"_{ident(name)}")
             taken.add(t)
             out_tensors.append(t)
-            params.append(Param(kind, name, shape, dt))
+            params.append(Param(kind, name, shape, dt, param_align(kind, np.dtype(dt).itemsize)))
 
         for name in g.real_outputs:
             bind("output", name, g.tensors[name], self.operand(name))
         for target in g.inplace_targets():
             bind("inplace", target, g.tensors[target], self.env[target])
         inputs = [(n, self.placeholders[n]) for n in g.inputs if n in self.placeholders]
-        in_params = [Param("input", n, *storage(g.tensors[n])) for n, _ in inputs]
+        in_params = [Param("input", n, shape, dt, param_align("input", np.dtype(dt).itemsize))
+                     for n, _ in inputs for shape, dt in [storage(g.tensors[n])]]
         try:
             func = te.create_prim_func([p for _, p in inputs] + out_tensors)
         except RuntimeError as e:
             raise CompileError(f"create_prim_func failed for {g.name}: {e}") from None
+        func = with_alignment(func, [p.align for p in in_params + params])
         func = func.with_attr("global_symbol", ident(g.name))
         return Lowered(ident(g.name), func, in_params + params, dict(self.roles))
 

@@ -38,6 +38,10 @@ def warm_up() -> None:
     x = g.input("x", (4, 8))
     g.output(x * 2.0 + 1.0)
     akgpy.fuse(g.build())  # loads the schedule, isl and LLVM code paths; not called
+    from . import cases, onnx_cases  # noqa: F401
+    cases.corpus_files()
+    sys.path.insert(0, str(cases.REPO / "tests"))
+    import test_property_layout  # noqa: F401  (the random-graph strategy)
 
 
 def _classify_exception(e: BaseException, stage: str) -> tuple[str, str]:
@@ -65,7 +69,7 @@ def run_in_process(seed: int, index: int, out: Path) -> dict:
             verdict, detail = gen.fn(ctx)
         if verdict == "correct" and ctx.must_fail:
             verdict, detail = "wrong", f"accepted bad input: {detail}"
-    except Exception as e:  # every exception is a verdict: classify it, never let it escape
+    except BaseException as e:  # every exception is a verdict (SystemExit too): classify it
         verdict, detail = _classify_exception(e, ctx.stage)
     return {"class": verdict, "detail": detail, "describe": ctx.describe}
 

@@ -34,3 +34,50 @@ def test_fuzz_sample_has_no_crash_hang_wrong_result_or_bare_exception(tmp_path):
     assert not defects, f"{dict(counts)}\n" + "\n".join(defects)
     # the sample exercises both sides: inputs akgpy refuses and programs that run and match
     assert counts["clean"] and counts["correct"]
+
+
+def test_campaign_counts_each_outcome_and_resumes(tmp_path, monkeypatch):
+    """The isolation itself: a signal is a crash, silence past the limit a hang, an AkgpyError a
+    clean error, anything else a bare exception, bad input accepted a wrong result; a second run
+    with resume runs only the cases not in results.jsonl."""
+    import signal
+    import time
+
+    from akgpy.errors import ShapeError
+    from bench.fuzz import cases, onnx_cases, runner  # noqa: F401  (onnx_cases registered first)
+
+    def crash(ctx):
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+    def hang(ctx):
+        time.sleep(30)
+
+    def clean(ctx):
+        raise ShapeError("bad shape", op="Add", tensor="x")
+
+    def bare(ctx):
+        raise KeyError("x")
+
+    def accepted(ctx):
+        ctx.must_fail = True
+        return "correct", "compiled"
+
+    def ok(ctx):
+        ctx.note("fine")
+        return "correct", ""
+
+    fakes = [crash, hang, clean, bare, accepted, ok]
+    monkeypatch.setattr(cases, "GENERATORS", [cases.Generator(f.__name__, f) for f in fakes])
+    monkeypatch.setattr(runner, "warm_up", lambda: None)
+    rows = runner.campaign(range(4, 6), 7, tmp_path, resume=False, timeout=2, progress=False)
+    assert [rows[f"7:{i}"]["class"] for i in (4, 5)] == ["wrong", "correct"]
+    rows = runner.campaign(range(6), 7, tmp_path, resume=True, timeout=2, progress=False)
+    got = {rows[f"7:{i}"]["generator"]: rows[f"7:{i}"]["class"] for i in range(6)}
+    assert got == {"crash": "crash", "hang": "hang", "clean": "clean", "bare": "bare", "accepted": "wrong",
+                   "ok": "correct"}
+    assert "SIGSEGV" in rows["7:0"]["detail"] and "KeyError" in rows["7:3"]["detail"]
+    lines = (tmp_path / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 6  # the two cases of the first run were not run again
+    assert sorted(p.name for p in (tmp_path / "repros").iterdir()) == ["7-0.json", "7-1.json", "7-3.json",
+                                                                       "7-4.json"]
+    assert "7 attempts" not in runner.summary(rows.values()) and "6 attempts" in runner.summary(rows.values())

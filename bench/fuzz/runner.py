@@ -79,6 +79,8 @@ def _child(seed: int, index: int, out: Path, wfd: int) -> None:
     log = os.open(out / "logs" / f"{seed}-{index}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
+    import faulthandler
+    faulthandler.enable()  # a fatal signal's Python stack goes to the case's log, not the server's terminal
     try:
         import resource
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
@@ -125,8 +127,9 @@ def run_forked(seed: int, index: int, out: Path, timeout: float) -> dict:
                 pass
     _, status = os.waitpid(pid, 0)
     log = out / "logs" / f"{seed}-{index}.log"
-    text = log.read_text(errors="replace").strip() if log.exists() else ""
-    tail = text if len(text) < 500 else f"{text[:250]} ... {text[-250:]}"
+    text = " | ".join(ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()) \
+        if log.exists() else ""
+    tail = text if len(text) < 500 else f"{text[:300]} ... {text[-200:]}"
     if hung:
         return {"class": "hang", "detail": f"no answer in {timeout:.0f} s; log: {tail[-200:]}"}
     if buf:
@@ -216,7 +219,7 @@ def summary(rows) -> str:
         lines.append(f"  {name:18}" + "".join(f"{per[name][c]:8}" for c in CLASSES) + f"{secs[name]:10.1f}")
     bad = [r for r in rows if r["class"] in DEFECTS]
     if bad:
-        lines.append("defects (case, class, generator, case, detail):")
+        lines.append("defects (id, class, generator, case | detail):")
         for r in sorted(bad, key=lambda r: (r["class"], r["generator"], r["index"])):
             lines.append(f"  {r['id']:>9} {r['class']:6} {r['generator']:16} {r.get('describe', '')[:90]} | "
                          f"{r['detail'][:220]}")

@@ -52,11 +52,26 @@ def _elementwise(fn: Callable) -> Callable:
 
 
 def _truediv(a, b):
-    if a.dtype.kind in "iu" and b.dtype.kind in "iu":  # TVM div on ints truncates toward zero
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.trunc(a / b).astype(np.int64)
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+        return _int_div(a, b)
     with np.errstate(divide="ignore", invalid="ignore"):
         return a / b
+
+
+def _int_div(a, b):
+    """Integer division truncated toward zero, exactly (not through float64), with numpy's
+    integer answers where C's are undefined: a / 0 is 0, and INT_MIN / -1 wraps to INT_MIN
+    (docs/semantics.md)."""
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    d = np.where(b == 0, 1, b)
+    with np.errstate(all="ignore"):
+        q = a // d
+        q = q + ((a - q * d != 0) & ((a < 0) != (d < 0)))  # floor -> toward zero
+    return np.where(b == 0, 0, q)
+
+
+def _reciprocal(x):
+    return _int_div(np.ones_like(x), x) if x.dtype.kind in "iu" else 1.0 / x
 
 
 def _reduce(fn):
@@ -163,7 +178,7 @@ UFUNCS: dict[str, Callable] = {
 E = _elementwise
 REFERENCE: dict[str, Callable[[Op, list, list[Tensor], Tensor], Any]] = {
     **{name: E(fn) for name, fn in UFUNCS.items()},
-    "RealDiv": E(_truediv),
+    "RealDiv": E(_truediv), "Reciprocal": E(_reciprocal),
     "Erf": E(lambda x: _erf(x).astype(np.float64)),
     "Concat": lambda op, args, ins, out: np.concatenate(args, axis=op.attrs["axis"]),
     "StridedSlice": _slice, "Gather": _gather,

@@ -14,7 +14,7 @@ from tvm import te, tirx
 from .. import dtypes
 from ..errors import UnsupportedOpError
 from ..graph.ir import NZ, Op, Tensor
-from ..ops.registry import Category, lookup, matmul_dims, reduce_axes
+from ..ops.registry import OPS, Category, lookup, matmul_dims, reduce_axes
 from . import fastmath
 from .extrema import nan_extremum
 from .index import digit_groups, logical_to_nz, nz_to_logical, repeats_every, reshape_index
@@ -58,9 +58,16 @@ def dt(x) -> str:
     return str(x.ty)
 
 
+def _nonzero(x):
+    """x != 0 as C and numpy mean it, NaN included: TVM emits a float != as LLVM's ordered
+    `fcmp one`, false for NaN."""
+    ne = x != tirx.const(0, dt(x))
+    return tirx.Or(ne, tirx.isnan(x)) if dt(x).startswith(("float", "bfloat")) else ne
+
+
 def _to(x, dtype: str):
     if dtype == "bool" and dt(x) != "bool":
-        return x != tirx.const(0, dt(x))
+        return _nonzero(x)
     if isinstance(x, tirx.Cast) and dt(x.value) == dtype and dtypes.widens_exactly(dtype, dt(x)):
         # back to the type it was widened from: the value, not a conversion pair (an AddN's
         # first float16 term went float16 -> float32 -> float16, two conversions per element)
@@ -82,8 +89,128 @@ def _one(x):
 
 def _div(a, b):
     if dt(a).startswith(("int", "uint")):
-        return tirx.truncdiv(a, b)
+        return _int_div(a, b)
     return a / b
+
+
+def _int_div(a, b):
+    """a / b truncated, with numpy's answers where the hardware traps (SIGFPE): a / 0 is 0 and,
+    in two's complement, INT_MIN / -1 is INT_MIN. Every lane divides by 1 where b is 0 or -1, and
+    the quotient is then scaled by 0 or -1 in unsigned arithmetic, which wraps. No Select on b
+    holds the division: TVM's simplifier takes a Select's condition as given in its branches and
+    would drop the guard there, while a vector loop computes both branches in every lane."""
+    t = dt(a)
+    zero, one = tirx.const(0, t), tirx.const(1, t)
+    if t.startswith("uint"):
+        return tirx.truncdiv(a, tirx.Select(b == zero, one, b)) * (b != zero).astype(t)
+    minus_one = tirx.const(-1, t)
+    q = tirx.truncdiv(a, tirx.Select(tirx.Or(b == zero, b == minus_one), one, b))
+    u = "u" + t
+    scale = tirx.Select(b == zero, tirx.const(0, u), tirx.Select(b == minus_one, tirx.max_value(u), tirx.const(1, u)))
+    return (q.astype(u) * scale).astype(t)
+
+
+# -- IEEE arithmetic ----------------------------------------------------------------------------
+# TVM's simplifier (at TE construction, in the schedule and in the lowering passes) folds float
+# expressions as if no value were NaN, inf or -0: x - x -> 0, (x + y) - y -> x, x == x -> True,
+# x * 0 -> 0, x + 0 -> x, 0 / x -> 0, x / c -> x * (1 / c); and x / 0 aborts the process. A
+# fenced operand is a call it cannot see into, while LLVM, given no fast-math flags, keeps IEEE
+# semantics: so the arithmetic builders fence each operand such a fold could match, nothing more.
+_CANCELS = frozenset({"Sub", "Equal"})  # ops TVM folds when an operand repeats in the other
+
+
+def _inexact_reciprocal(v, dtype: str) -> bool:
+    """Does x / v differ from x * (1 / v) for some x? Not where 1 / v is a power of two the
+    dtype holds: both then round the same exact product."""
+    import numpy as np
+    t = np.dtype(dtype).type
+    with np.errstate(all="ignore"):
+        r = t(1) / t(v)
+    return not (np.isfinite(r) and r != 0 and abs(np.frexp(v)[0]) == 0.5 and t(1) / r == t(v))
+
+
+def _const_folds(v, role: str, dtype: str) -> bool:
+    """Would the simplifier fold an op with constant operand `v` in `role` ("term": of + - *,
+    "numerator", "divisor", "compared") where IEEE gives another value, or abort on it?"""
+    if role == "divisor":
+        return v == 0 or _inexact_reciprocal(v, dtype)
+    return role != "compared" and v == 0
+
+
+class _Exprs:
+    """What each op's operands are built from once the schedule inlines what it may: the graph
+    inputs, reduction and contraction results and constants (by value: two equal constants are
+    one expression to the simplifier) their expressions read, per op, in program order (an
+    Assign rebinds its target)."""
+
+    def __init__(self, g):
+        inlined = (Category.ELEMWISE, Category.BROADCAST, Category.LAYOUT)
+        env: dict[str, frozenset] = {}
+
+        def leaves(name: str) -> frozenset:
+            if name not in env:
+                t = g.tensors[name]
+                env[name] = frozenset({("const", t.dtype, repr(t.value)) if t.is_const else name})
+            return env[name]
+        self.operands: list[list[frozenset]] = []
+        for op in g.ops:
+            ins = [leaves(n) for n in op.inputs]
+            self.operands.append(ins)
+            d = OPS.get(op.name)
+            out = op.outputs[0]
+            if op.name == "Assign":
+                env[op.inputs[0]] = env[out] = ins[1]
+            elif op.name == "InplaceAssign":
+                env[op.inputs[0]], env[out] = ins[1], ins[2]
+            elif d is not None and d.category in inlined:
+                env[out] = frozenset().union(*ins)
+            else:
+                env[out] = frozenset({out})
+
+
+def _exprs(lw: Lowerer) -> _Exprs:
+    if getattr(lw, "_ieee_exprs", None) is None:
+        lw._ieee_exprs = _Exprs(lw.g)
+    return lw._ieee_exprs
+
+
+def _fenced_operands(lw: Lowerer, op: Op, roles: list[str]) -> list[bool]:
+    """Which operands of a float arithmetic op to fence (see above): a constant that would fold
+    in its role, a tensor computed from constants alone (a constant once inlined, of a value
+    the lowering does not know), and the second operand of a Sub or Equal whose operands read
+    a common input, result or constant."""
+    g = lw.g
+    floats = [g.tensors[n].dtype.startswith(("float", "bfloat")) for n in op.inputs]
+    if not any(floats):
+        return floats
+    ins = _exprs(lw).operands[lw.index]
+    fenced = []
+    for k, (name, role) in enumerate(zip(op.inputs, roles)):
+        t = g.tensors[name]
+        if not floats[k]:
+            fenced.append(False)
+        elif t.is_const:
+            fenced.append(_const_folds(t.value, role, compute_dtype(t.dtype)))
+        else:
+            fenced.append(role != "compared" and all(isinstance(x, tuple) for x in ins[k]))
+    if op.name in _CANCELS and ins[0] & ins[1]:
+        fenced[1] = floats[1]
+    return fenced
+
+
+def arith(fn: Callable, roles: tuple[str, ...]) -> Callable:
+    """An elementwise builder (see `elementwise`) whose float operands TVM must not fold away:
+    `roles` names each operand's role for `_const_folds`."""
+    def build(lw: Lowerer, op: Op, ins: list[Operand], out: Tensor):
+        _real_only(op, ins)
+        lg = logical(ins, out)
+        fenced = _fenced_operands(lw, op, list(roles))
+
+        def f(*i):
+            vals = [o.value(out, i, lg) for o in ins]
+            return _to(_expr(fn(*[fence(v) if k else v for v, k in zip(vals, fenced)])), out.dtype)
+        return lw.compute(out.shape, f)
+    return build
 
 
 # graph ops whose output element is NaN whenever the same element of an input of the output's
@@ -114,20 +241,20 @@ def extremum(is_max: bool) -> Callable:
 
 
 def _select(c, x, y):
-    if dt(c) != "bool":
-        c = c != tirx.const(0, dt(c))
-    return tirx.Select(c, x, y)
+    return tirx.Select(c if dt(c) == "bool" else _nonzero(c), x, y)
 
 
 def addn(lw, op, ins, out):
     """Left fold in the output dtype: every partial sum is rounded, as topi's elemwise_sum does."""
     _real_only(op, ins)
     lg = logical(ins, out)
+    fenced = _fenced_operands(lw, op, ["term"] * len(ins))
 
     def f(*i):
-        acc = _to(ins[0].value(out, i, lg), out.dtype)
-        for o in ins[1:]:
-            acc = _to(acc.astype(compute_dtype(out.dtype)) + o.value(out, i, lg), out.dtype)
+        vals = [fence(o.value(out, i, lg)) if k else o.value(out, i, lg) for o, k in zip(ins, fenced)]
+        acc = _to(vals[0], out.dtype)
+        for v in vals[1:]:
+            acc = _to(acc.astype(compute_dtype(out.dtype)) + v, out.dtype)
         return acc
     return lw.compute(out.shape, f)
 
@@ -523,16 +650,18 @@ def custom(lw, op, ins, out):
 
 
 E = elementwise
+TERMS = ("term", "term")
 BUILDERS: dict[str, Callable] = {
     "Neg": E(lambda x: -x), "Abs": E(tirx.abs), "Exp": math(fastmath.exp, te.exp, fastmath.exp_to_half), "Log": math(fastmath.log, te.log), "Sqrt": E(te.sqrt),
-    "Rsqrt": E(lambda x: _one(x) / te.sqrt(x)), "Reciprocal": E(lambda x: _div(_one(x), x)), "Tanh": math(fastmath.tanh, te.tanh, fastmath.tanh_to_half),
-    "Erf": E(fastmath.erf),
-    "Add": E(lambda a, b: a + b), "TensorAdd": E(lambda a, b: a + b), "Sub": E(lambda a, b: a - b),
-    "Mul": E(lambda a, b: fence(a * b)), "RealDiv": E(_div), "Maximum": extremum(True), "Minimum": extremum(False),
+    "Rsqrt": E(lambda x: _one(x) / te.sqrt(x)), "Reciprocal": arith(lambda x: _div(_one(x), x), ("divisor",)),
+    "Tanh": math(fastmath.tanh, te.tanh, fastmath.tanh_to_half), "Erf": E(fastmath.erf),
+    "Add": arith(lambda a, b: a + b, TERMS), "TensorAdd": arith(lambda a, b: a + b, TERMS),
+    "Sub": arith(lambda a, b: a - b, TERMS), "Mul": arith(lambda a, b: fence(a * b), TERMS),
+    "RealDiv": arith(_div, ("numerator", "divisor")), "Maximum": extremum(True), "Minimum": extremum(False),
     "Pow": E(te.power),
     "Greater": E(lambda a, b: a > b), "GreaterEqual": E(lambda a, b: a >= b),
     "Less": E(lambda a, b: a < b), "LessEqual": E(lambda a, b: a <= b),
-    "Equal": E(lambda a, b: a == b),
+    "Equal": arith(lambda a, b: a == b, ("compared", "compared")),
     "Select": E(_select), "Cast": cast, "AddN": addn,
     "Complex": complex_, "CReal": complex_part(0), "CImag": complex_part(1),
     "BroadcastTo": broadcast_to, "OneHot": one_hot,

@@ -72,6 +72,8 @@ class Operand:
             v = self.desc.value
             if self.is_complex:
                 v = v.real if part == 0 else (v.imag if isinstance(v, complex) else 0)
+            if dt in ("float16", "float32"):  # the dtype's value: TVM widens a FloatImm's double as is
+                v = float(np.asarray(v, dtype=dt))
             return tirx.const(v, dt)
         src_idx = operand_index(self.desc, dst, idx, logical=logical)
         if self.is_complex:

@@ -20,6 +20,11 @@ touched, while `akgpy-poly` always followed inductor. The single cast
 two are equal (3.99 vs 4.00 ms).
 Every call allocates its outputs, as a framework would; the `kern ms` column times the akgpy kernel
 alone on preallocated outputs (no allocation, no page faults of fresh output pages).
+Arrays are as users make them: numpy's own allocation (16 bytes past a page for a large array),
+which every implementation is timed on. Beside them, akgpy is timed on the same values at other
+placements (`--placements`): `a64`, akgpy's own 64-byte aligned and page-staggered buffers (what
+earlier runs fed every implementation), and `pN`, every input N bytes past a page boundary (16,
+32, 48: off a cache line; 0: page-aligned). The placement table gives each as a ratio to `a64`.
 Bytes moved = all input + output descs. torch.compile's first call (compile) is timed separately.
 torch runs 2 intra-op threads with OMP_WAIT_POLICY=PASSIVE unless the environment sets it: with
 libgomp's default spin-waiting, each of eager torch's ~20-40 parallel regions per graph stalls for
@@ -81,6 +86,21 @@ def aligned_copy(a: np.ndarray) -> np.ndarray:
     out = aligned_empty(a.shape, a.dtype)
     np.copyto(out, a)
     return out
+
+
+def placed(a: np.ndarray, page_offset: int) -> np.ndarray:
+    """A copy of `a` starting `page_offset` bytes past a page boundary."""
+    raw = np.empty(a.nbytes + 2 * 4096, np.uint8)
+    start = (-raw.ctypes.data) % 4096 + page_offset
+    out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    np.copyto(out, a)
+    return out
+
+
+def placement_arrays(base: list[np.ndarray], placement: str) -> list[np.ndarray]:
+    if placement == "a64":
+        return [aligned_copy(a) for a in base]
+    return [placed(a, int(placement[1:])) for a in base]
 
 
 def _gap(seconds: float, sleep: bool) -> None:
@@ -194,6 +214,8 @@ def run_one(e: dict, args, torch) -> dict:
             continue
         makers[name] = lambda a, t, prog=prog: (lambda: prog(*a))
         makers[f"kern-{s}"] = lambda a, t, prog=prog: prebound(prog, a)
+        for pl in args.placements:
+            makers[f"{name}@{pl}"] = lambda a, t, prog=prog, pl=pl: (lambda xs=placement_arrays(a, pl): prog(*xs))
     try:
         npex = peers.numpy_executor(g)
         check("numpy", npex)
@@ -224,7 +246,7 @@ def run_one(e: dict, args, torch) -> dict:
     del want, ref_in
     gc.collect()
 
-    arrays = [aligned_copy(a) for a in base]
+    arrays = [a.copy() for a in base]  # numpy's own allocation: what a user passes
     del base
     tens = [torch.from_numpy(a) for a in arrays] if torch is not None else None
     fns = {}
@@ -270,6 +292,39 @@ def run_one(e: dict, args, torch) -> dict:
 def _gmean(xs):
     xs = [x for x in xs if x is not None and x > 0 and math.isfinite(x)]
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def placement_table(rows, args) -> list[str]:
+    """akgpy through prog() on numpy's arrays and at each placement, as time ratios to `a64`."""
+    if "a64" not in args.placements:
+        return []
+    out = []
+    for s in args.schedules:
+        k = f"akgpy-{s}"
+        cols = ["numpy"] + [p for p in args.placements if p != "a64"]
+        head = ["name", f"{k}@a64 ms"] + [f"{c}/a64" for c in cols]
+        table, ratios = [], {c: [] for c in cols}
+        for r in rows:
+            base = r["ms"].get(f"{k}@a64")
+            if not base:
+                continue
+            cells = [r["name"], f"{base:.2f}"]
+            for c in cols:
+                t = r["ms"].get(k if c == "numpy" else f"{k}@{c}")
+                ratios[c].append(t / base if t else None)
+                cells.append(f"{t / base:.3f}" if t else "-")
+            table.append(cells)
+        if not table:
+            continue
+        table.append(["geomean", ""] + [f"{_gmean(ratios[c]):.3f}" for c in cols])
+        table.append(["max", ""] + [f"{max(x for x in ratios[c] if x):.3f}" for c in cols])
+        w = [max(len(c[i]) for c in [head, *table]) for i in range(len(head))]
+        out += ["", f"{k}: input placement (prog() time / time on akgpy's 64-byte aligned buffers, same run, interleaved)"]
+        out += ["  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(cs)) for cs in [head, *table]]
+        over = [r[0] for r in table[:-2] if float(r[2]) > 1.05]
+        out.append(f"numpy's own arrays within 5% of aligned: {len(table) - 2 - len(over)} of {len(table) - 2} subgraphs"
+                   + (f" (over: {', '.join(over)})" if over else ""))
+    return out
 
 
 def render(rows, args, stream, llc, llc_src, load0, load1, total_s, torch) -> str:
@@ -346,6 +401,7 @@ def render(rows, args, stream, llc, llc_src, load0, load1, total_s, torch) -> st
                    f"total {sum(c):.0f} s")
     out.append(f"* moves less than the LLC ({llc >> 20} MiB): inputs stay cache-resident across repeats. "
                "(%) = compute-bound (MatMul/Conv2D), left out of the %STREAM geomean. kern = akgpy kernel alone.")
+    out += placement_table(rows, args)
     errs = {}
     for r in rows:
         for k, v in r["errors"].items():
@@ -366,12 +422,15 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--schedules", default="plain,poly", help="comma list passed as schedule= to akgpy.fuse")
+    ap.add_argument("--placements", default="a64,p0,p16,p32,p48,p2064",
+                    help="comma list of extra input placements for akgpy: a64 (akgpy's aligned buffers), pN (N bytes past a page)")
     ap.add_argument("--gap-ms", type=float, default=5.0, help="pause before each timed call")
     ap.add_argument("--gap-sleep", action="store_true",
                     help="sleep through the pause instead of busy-waiting (lets the core idle; see the docstring)")
     ap.add_argument("--inductor-cache", help="TORCHINDUCTOR_CACHE_DIR (default: a fresh one, so compiles are cold)")
     args = ap.parse_args(argv)
     args.schedules = [s.strip() for s in args.schedules.split(",") if s.strip()]
+    args.placements = [p.strip() for p in args.placements.split(",") if p.strip()]
     t_start, load_start = time.time(), os.getloadavg()
     torch = None
     if not args.no_torch:

@@ -160,3 +160,16 @@ def test_corpus_graphs_on_unaligned_arrays_match(path):
     for offset_of in (lambda a: a.itemsize, lambda a: 16 if 16 % a.itemsize == 0 else 0):
         bad = check_at(g, prog, offset_of)
         assert not bad, bad
+
+
+def test_a_model_runs_on_unaligned_inputs_in_place():
+    """ModelProgram passes the caller's inputs to its kernels as they are, at any offset."""
+    from akgpy import zoo
+    model, inputs = zoo.mlp(batch=16, sizes=(64, 128, 96, 10))
+    prog = akgpy.fuse(akgpy.from_onnx(model))
+    (name, x), = inputs.items()
+    want = prog(x)
+    for offset in (4, 16, 36):
+        got = prog(at_offset(x, offset))
+        for w, o in zip(want, got):
+            np.testing.assert_array_equal(w, o)  # same kernels, same order of operations

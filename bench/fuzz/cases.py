@@ -543,7 +543,6 @@ def gen_bad_builder(ctx: Context):
         "cast float128": lambda: x.astype("float128"), "dtype float8": lambda: b.input("y", (4, 6), "float8"),
         "matmul K 6x5": lambda: b.matmul(x, b.input("y", (5, 3))),
         "addn shapes": lambda: b.addn(x, b.input("y", (6, 4))),
-        "select int cond": lambda: b.select(b.input("c", (4, 6), "int32"), x, x),
         "op Frobnicate": lambda: b.op("Frobnicate", [x], (4, 6), "float32"),
         "op Add wrong shape": lambda: b.op("Add", [x, x], (4, 7), "float32"),
         "op ReduceSum axis str": lambda: b.op("ReduceSum", [x], (4,), "float32", axis="1", keep_dims=False),

@@ -203,6 +203,12 @@ def campaign(indices, seed: int, out: Path, *, resume: bool, timeout: float, pro
     return done
 
 
+def _signature(detail: str) -> str:
+    """A defect's detail without its numbers and addresses: cases that fail alike group together."""
+    import re
+    return re.sub(r"0x[0-9a-f]+|\d+(\.\d+)?(e[-+]?\d+)?", "#", detail.split("; log:")[0])[:80]
+
+
 def summary(rows) -> str:
     rows = list(rows)
     total = Counter(r["class"] for r in rows)
@@ -217,12 +223,18 @@ def summary(rows) -> str:
         secs[r["generator"]] += r.get("seconds", 0.0)
     for name in sorted(per):
         lines.append(f"  {name:18}" + "".join(f"{per[name][c]:8}" for c in CLASSES) + f"{secs[name]:10.1f}")
-    bad = [r for r in rows if r["class"] in DEFECTS]
-    if bad:
-        lines.append("defects (id, class, generator, case | detail):")
-        for r in sorted(bad, key=lambda r: (r["class"], r["generator"], r["index"])):
-            lines.append(f"  {r['id']:>9} {r['class']:6} {r['generator']:16} {r.get('describe', '')[:90]} | "
-                         f"{r['detail'][:220]}")
+    groups = defaultdict(list)
+    for r in rows:
+        if r["class"] in DEFECTS:
+            groups[(r["class"], r["generator"], _signature(r["detail"]))].append(r)
+    if groups:
+        lines.append("defects, grouped by what they say (count, class, generator: first case | detail):")
+        for (cls, gen, _), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], -len(kv[1]))):
+            r = min(rs, key=lambda r: r["index"])
+            others = " ".join(x["id"] for x in sorted(rs, key=lambda r: r["index"])[1:4])
+            detail = " ".join(r["detail"].split())[:200]
+            lines.append(f"  {len(rs):4} {cls:6} {gen}: {r['id']} {r.get('describe', '')[:90]} | {detail}"
+                         + (f" (also {others}{' ...' if len(rs) > 4 else ''})" if others else ""))
     slow = sorted(rows, key=lambda r: -r.get("seconds", 0))[:5]
     lines.append("slowest: " + ", ".join(f"{r['id']} {r['generator']} {r['seconds']:.1f}s" for r in slow))
     return "\n".join(lines)

@@ -124,7 +124,8 @@ def check_graph(ctx: Context, g, inputs=None, *, make_args=None, schedule="poly"
     poison(first)
     del first
     args = make_args()
-    ref_in = [np.array(a, copy=True) for a in args]  # aliased arguments read the values they hold now
+    # the values the arguments hold now (aliased ones read each other's), at the graph's dtypes (lists)
+    ref_in = [np.array(a, dtype=_np(g.tensors[n].dtype), copy=True) for a, n in zip(args, g.free_inputs)]
     got = prog(*args)
     ctx.stage = "reference"
     want = reference.run(g, ref_in)

@@ -72,6 +72,11 @@ def test_non_contiguous_and_read_only_inputs_are_copied_and_reported():
 def test_the_kernel_entry_checks_each_parameters_alignment():
     g = _elementwise("float32")
     k = akgpy.fuse(g).kernels[0]
+    (_, func), = k._mod.functions_items()
+    # the contract changes alignment only: a symbolic element offset would hide every access's
+    # address from the target passes (prefetch found no stride-1 read)
+    assert [int(p.ty.data_alignment) for p in func.params] == [p.align for p in k.params] == [4, 4, 64, 64]
+    assert all(int(p.ty.elem_offset) == 0 for p in func.params)
     from akgpy.runtime.program import aligned_empty
     args = [aligned_empty(p.shape, p.dtype) for p in k.params]
     args[0] = at_offset(args[0], 4)

@@ -27,7 +27,7 @@ def with_alignment(func, aligns: list[int]):
     for p, align in zip(func.params, aligns):
         if int(p.ty.data_alignment) != align:
             mapping[p] = tirx.decl_buffer(p.ty.shape, p.ty.dtype, p.name, data_alignment=align,
-                                          offset_factor=int(p.ty.offset_factor))
+                                          elem_offset=p.ty.elem_offset, offset_factor=int(p.ty.offset_factor))
     if not mapping:
         return func
     body = tvm_ffi.structural_mutate(func.body, [(tirx.Var, lambda v, mut: mapping.get(v, v))])

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SEED, CASES = 48, 144  # 9 rounds of the 16 generators
+SEED, CASES = 48, 136  # 8 rounds of the 17 generators
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.timeout(900)]
 
@@ -38,7 +38,8 @@ def test_fuzz_sample_has_no_crash_hang_wrong_result_or_bare_exception(tmp_path):
 
 def test_campaign_counts_each_outcome_and_resumes(tmp_path, monkeypatch):
     """The isolation itself: a signal is a crash, silence past the limit a hang, an AkgpyError a
-    clean error, anything else a bare exception, bad input accepted a wrong result; a second run
+    clean error (a wrong result where the input is valid), anything else a bare exception, bad input
+    accepted a wrong result; a second run
     with resume runs only the cases not in results.jsonl."""
     import signal
     import time
@@ -66,18 +67,23 @@ def test_campaign_counts_each_outcome_and_resumes(tmp_path, monkeypatch):
         ctx.note("fine")
         return "correct", ""
 
-    fakes = [crash, hang, clean, bare, accepted, ok]
+    def refused(ctx):
+        ctx.must_succeed = True
+        raise ShapeError("x / 0.0 refused", op="RealDiv")
+
+    fakes = [crash, hang, clean, bare, accepted, ok, refused]
     monkeypatch.setattr(cases, "GENERATORS", [cases.Generator(f.__name__, f) for f in fakes])
     monkeypatch.setattr(runner, "warm_up", lambda: None)
     rows = runner.campaign(range(4, 6), 7, tmp_path, resume=False, timeout=2, progress=False)
     assert [rows[f"7:{i}"]["class"] for i in (4, 5)] == ["wrong", "correct"]
-    rows = runner.campaign(range(6), 7, tmp_path, resume=True, timeout=2, progress=False)
-    got = {rows[f"7:{i}"]["generator"]: rows[f"7:{i}"]["class"] for i in range(6)}
+    rows = runner.campaign(range(7), 7, tmp_path, resume=True, timeout=2, progress=False)
+    got = {rows[f"7:{i}"]["generator"]: rows[f"7:{i}"]["class"] for i in range(7)}
     assert got == {"crash": "crash", "hang": "hang", "clean": "clean", "bare": "bare", "accepted": "wrong",
-                   "ok": "correct"}
+                   "ok": "correct", "refused": "wrong"}
     assert "SIGSEGV" in rows["7:0"]["detail"] and "KeyError" in rows["7:3"]["detail"]
     lines = (tmp_path / "results.jsonl").read_text().splitlines()
-    assert len(lines) == 6  # the two cases of the first run were not run again
+    assert len(lines) == 7  # the two cases of the first run were not run again
     assert sorted(p.name for p in (tmp_path / "repros").iterdir()) == ["7-0.json", "7-1.json", "7-3.json",
-                                                                       "7-4.json"]
-    assert "7 attempts" not in runner.summary(rows.values()) and "6 attempts" in runner.summary(rows.values())
+                                                                       "7-4.json", "7-6.json"]
+    assert runner.summary(rows.values()).startswith("7 attempts: 1 clean errors, 1 correct results, 1 crashes, "
+                                                    "1 hangs, 2 wrong results, 1 bare exceptions")

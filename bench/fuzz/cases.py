@@ -2,7 +2,9 @@
 `GENERATORS[index % len(GENERATORS)]` drawing from `numpy.random.default_rng([seed, index])`, so
 the pair alone reproduces it. A generator returns ("correct" | "wrong", detail) or raises; the
 runner classifies what it raises. `ctx.must_fail` marks input akgpy has to refuse: success then
-counts as a wrong result (silently accepted)."""
+counts as a wrong result (silently accepted); `ctx.must_succeed` marks valid input with a numpy
+answer (IEEE division by zero, 2^31 elements, an AddN of 700): an AkgpyError refusing it counts as
+a wrong result too."""
 from __future__ import annotations
 
 import json
@@ -53,7 +55,7 @@ class Context:
 
     def __init__(self, seed: int, index: int, name: str, out: Path):
         self.rng = np.random.default_rng([seed, index])
-        self.stage, self.describe, self.must_fail = "build", "", False
+        self.stage, self.describe, self.must_fail, self.must_succeed = "build", "", False, False
         self._stem = out / "repros" / f"{seed}-{index}"
         self._repro = {"case": f"{seed}:{index}", "generator": name}
 
@@ -380,6 +382,7 @@ def gen_alias_inplace(ctx: Context):
 @generator
 def gen_random_extreme(ctx: Context):
     """tests/test_property_layout.py's random graphs on NaN/inf/-0/subnormal/float16-extreme inputs."""
+    ctx.must_succeed = True
     import os
     import sys
     os.environ.setdefault("AKGPY_FUZZ_MAX_ELEMENTS", str(1 << 12))
@@ -401,6 +404,7 @@ def gen_random_extreme(ctx: Context):
 @generator
 def gen_long_chain(ctx: Context):
     """An AddN of many inputs or a long Neg chain (bounded so a case stays within seconds)."""
+    ctx.must_succeed = True
     b = _builder()
     shape = _shape(ctx, 2, (1, 4, 16))
     if ctx.rng.random() < 0.5:
@@ -422,6 +426,7 @@ def gen_long_chain(ctx: Context):
 
 @generator
 def gen_many_outputs(ctx: Context):
+    ctx.must_succeed = True
     b = _builder()
     count = int(ctx.rng.integers(2, 120))
     x = b.input("x", _shape(ctx, 2, (3, 16, 64)))
@@ -433,6 +438,7 @@ def gen_many_outputs(ctx: Context):
 @generator
 def gen_int_division(ctx: Context):
     """Integer RealDiv / Reciprocal with zero divisors and INT_MIN / -1."""
+    ctx.must_succeed = True
     b = _builder()
     dtype = ctx.pick(["int32", "int32", "int64", "int8", "uint8"])
     shape = _shape(ctx, 2, (1, 5, 16))
@@ -453,8 +459,31 @@ def gen_int_division(ctx: Context):
 
 
 @generator
+def gen_float_division(ctx: Context):
+    """Float division by zero (a broadcast zero, a constant +-0, Reciprocal or Rsqrt of one): IEEE
+    gives +-inf and NaN, never a refusal or a signal."""
+    ctx.must_succeed = True
+    b = _builder()
+    dtype = ctx.pick(["float32", "float16"])
+    shape = _shape(ctx, 2, (1, 3, 16, 37))
+    x = b.input("x", shape, dtype)
+    zero = float(ctx.pick([0.0, -0.0]))
+    zeros = lambda: b.broadcast_to(zero, shape, dtype)  # noqa: E731
+    forms = {"x / broadcast(0)": lambda: x / zeros(), "x / 0": lambda: x / zero,
+             "reciprocal(broadcast(0)) + x": lambda: b.reciprocal(zeros()) + x, "broadcast(0) / x": lambda: zeros() / x,
+             "x / (x - x)": lambda: x / (x - x), "rsqrt(broadcast(0)) * x": lambda: b.rsqrt(zeros()) * x}
+    name = ctx.pick(sorted(forms))
+    b.output(forms[name]())
+    a = ctx.rng.uniform(-2, 2, shape).astype(dtype)
+    sprinkle(ctx, [a], 0.2, large=True)
+    ctx.note(f"{name} with zero {zero!r}, {dtype}{list(shape)}", inputs=[a.tolist()])
+    return check_graph(ctx, b.build(), [a], schedule=ctx.pick(["poly", "plain"]))
+
+
+@generator
 def gen_float_identity(ctx: Context):
     """x - x, x * 0, (x + 1) - x, x == x, x / x ... on inputs with NaN and inf: no folding is exact."""
+    ctx.must_succeed = True
     b = _builder()
     dtype = ctx.pick(["float32", "float16"])
     shape = _shape(ctx, 2, (1, 3, 16, 37))
@@ -474,6 +503,7 @@ def gen_float_identity(ctx: Context):
 
 @generator
 def gen_cast_bool(ctx: Context):
+    ctx.must_succeed = True
     b = _builder()
     dtype = ctx.pick(["float32", "float16"])
     shape = _shape(ctx, 2, (1, 3, 16, 37))
@@ -498,6 +528,7 @@ def gen_bool_matmul(ctx: Context):
 @generator
 def gen_reduce_cast_bool(ctx: Context):
     """A reduction of a Cast of a bool comparison (issue 48's boolx16 IntImm under poly)."""
+    ctx.must_succeed = True
     b = _builder()
     shape = _shape(ctx, 2, (3, 16, 64))
     x, y = b.input("x", shape), b.input("y", shape)
@@ -568,6 +599,7 @@ def gen_bad_builder(ctx: Context):
 @generator
 def gen_big_index(ctx: Context):
     """Tensors of 2^31 elements or more compile (CI compiles, it does not run 8 GiB)."""
+    ctx.must_succeed = True
     import akgpy
     b = _builder()
     rows = int(ctx.pick([1 << 16, 65537, 3 << 15]))

@@ -71,6 +71,8 @@ def run_in_process(seed: int, index: int, out: Path) -> dict:
             verdict, detail = "wrong", f"accepted bad input: {detail}"
     except BaseException as e:  # every exception is a verdict (SystemExit too): classify it
         verdict, detail = _classify_exception(e, ctx.stage)
+        if verdict == "clean" and ctx.must_succeed:
+            verdict, detail = "wrong", f"refused valid input: {detail}"
     return {"class": verdict, "detail": detail, "describe": ctx.describe}
 
 

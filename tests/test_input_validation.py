@@ -207,3 +207,126 @@ def test_fuse_llvm_targets_in_every_form():
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     for target in (None, "llvm", "cpu", "host", {"kind": "llvm"}, tvm.target.Target("llvm")):
         np.testing.assert_array_equal(akgpy.fuse(_small_graph(), target=target)(x)[0], x + 1)
+
+
+# -- defects 10 and 11: the ONNX importer ----------------------------------------------------------
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=13):
+    g = helper.make_graph(nodes, "t", inputs, outputs, list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def _vi(name, shape, t=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, t, shape)
+
+
+def _i64(name, values):
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+def _ort(model, feeds):
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _one_node(op, inputs, shape=(2, 3), inits=(), **attrs):
+    node = helper.make_node(op, inputs, ["y"], name="n0", **attrs)
+    return _model([node], [_vi("x", list(shape))], [_vi("y", None)], inits)
+
+
+ONNX_BAD = {
+    "axis_is_a_string": (lambda: _one_node("Softmax", ["x"], axis="1"), AttrError),
+    "axis_is_a_float": (lambda: _one_node("Softmax", ["x"], axis=1.0), AttrError),
+    "unknown_attribute": (lambda: _one_node("Relu", ["x"], alpha=1), AttrError),
+    "dropped_input": (lambda: _one_node("Add", ["x"]), FormatError),
+    "slice_step_zero": (lambda: _one_node("Slice", ["x", "s", "e", "a", "st"], (4, 4),
+                                          [_i64("s", [0]), _i64("e", [4]), _i64("a", [0]), _i64("st", [0])]),
+                        AttrError),
+    "slice_lengths_differ": (lambda: _one_node("Slice", ["x", "s", "e"], (4, 4),
+                                               [_i64("s", [0, 1]), _i64("e", [4])]), AttrError),
+    "slice_axis_twice": (lambda: _one_node("Slice", ["x", "s", "e", "a"], (4, 4),
+                                           [_i64("s", [0, 1]), _i64("e", [4, 3]), _i64("a", [0, -2])]), AttrError),
+    "expand_impossible": (lambda: _one_node("Expand", ["x", "s"], (4, 3), [_i64("s", [4, 5])]), ShapeError),
+    "expand_2d_shape": (lambda: _one_node("Expand", ["x", "s"], (4, 3), [_i64("s", [[4, 3]])]), ShapeError),
+    "unsqueeze_axis_twice": (lambda: _one_node("Unsqueeze", ["x", "a"], (4, 3), [_i64("a", [0, 0])]), AttrError),
+    "squeeze_non_unit_dim": (lambda: _one_node("Squeeze", ["x", "a"], (4, 3), [_i64("a", [0])]), ShapeError),
+    "reshape_zero_beyond_rank": (lambda: _one_node("Reshape", ["x", "s"], (4, 3), [_i64("s", [12, 0, 0])]),
+                                 ShapeError),
+    "flag_out_of_range": (lambda: _one_node("ReduceSum", ["x"], keepdims=2), AttrError),
+    "gelu_unknown_approximation": (lambda: _model([helper.make_node("Gelu", ["x"], ["y"], approximate="fast")],
+                                                  [_vi("x", [2, 3])], [_vi("y", None)], opset=20), AttrError),
+    "gather_float_indices": (lambda: _one_node("Gather", ["x", "i"], (4, 3),
+                                               [numpy_helper.from_array(np.array([1.7], np.float32), "i")]),
+                             ShapeError),
+    "duplicate_output_name": (lambda: _model([helper.make_node("Relu", ["x"], ["y"], name="first"),
+                                              helper.make_node("Neg", ["x"], ["y"], name="n0")],
+                                             [_vi("x", [2, 3])], [_vi("y", None)]), FormatError),
+    "output_never_produced": (lambda: _model([helper.make_node("Relu", ["x"], ["y"], name="n0")],
+                                             [_vi("x", [2, 3])], [_vi("z", None)]), FormatError),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ONNX_BAD))
+def test_onnx_bad_node_is_an_akgpy_error_naming_the_node(case):
+    make, err = ONNX_BAD[case]
+    with pytest.raises(err) as e:
+        akgpy.from_onnx(make())
+    assert ("'n0'" in str(e.value)) or e.value.tensor in ("y", "z")
+
+
+def _truncated(tensor_bytes: int):
+    w = numpy_helper.from_array(np.ones((4, 3), np.float32), "w")
+    w.raw_data = w.raw_data[:tensor_bytes]
+    return _model([helper.make_node("Add", ["x", "w"], ["y"])], [_vi("x", [4, 3])], [_vi("y", None)], [w])
+
+
+@pytest.mark.parametrize("make", [lambda: _truncated(20), lambda: _truncated(0)])
+def test_onnx_truncated_initializer_is_a_format_error(make):
+    with pytest.raises(FormatError) as e:
+        akgpy.from_onnx(make())
+    assert e.value.tensor == "w"
+
+
+def test_onnx_negative_initializer_dim_is_a_format_error():
+    m = _truncated(48)
+    m.graph.initializer[0].dims[1] = -1  # numpy's reshape would read it as "the rest"
+    with pytest.raises(FormatError, match="negative") as e:
+        akgpy.from_onnx(m)
+    assert e.value.tensor == "w"
+
+
+@pytest.mark.parametrize("shapes", [{"x": "ab"}, {"x": (2.5, 3)}, {"x": (True, 3)}, {"x": (-2, 3)}, [1, 2],
+                                    {3: (2, 3)}, {"x": 6}])
+def test_onnx_bad_shapes_argument_is_a_shape_error(shapes):
+    m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["b", 3])], [_vi("y", None)])
+    with pytest.raises(ShapeError):
+        akgpy.from_onnx(m, shapes=shapes)
+
+
+def test_onnx_accepts_numpy_integer_shapes():
+    m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["b", 3])], [_vi("y", None)])
+    g = akgpy.from_onnx(m, shapes={"x": (np.int64(2), 3)})
+    assert g.tensors[g.free_inputs[0]].shape == (2, 3)
+
+
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceSum", "ReduceMax"])
+@pytest.mark.parametrize("axes", [[1, 1], [1, -2], [2, 0, -1]])
+def test_onnx_reduce_axis_named_twice_matches_onnxruntime(op, axes):
+    """ReduceMean(axes=[1, 1]) divided by 16 * 16 where onnxruntime divides by 16: the axes are a set."""
+    if op == "ReduceSum":  # axes became an input at opset 13
+        node, inits = helper.make_node(op, ["x", "a"], ["y"], keepdims=0), [_i64("a", axes)]
+    else:
+        node, inits = helper.make_node(op, ["x"], ["y"], axes=axes, keepdims=0), []
+    m = _model([node], [_vi("x", [2, 16, 3])], [_vi("y", None)], inits)
+    x = np.random.default_rng(0).random((2, 16, 3)).astype(np.float32)
+    want = _ort(m, {"x": x})[0]
+    g = akgpy.from_onnx(m)
+    got = akgpy.fuse(g)(x)[0]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

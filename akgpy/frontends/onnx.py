@@ -23,6 +23,7 @@ from .. import dtypes
 from ..errors import AttrError, FormatError, ShapeError, UnsupportedOpError
 from ..graph.builder import GraphBuilder, Value
 from ..graph.ir import Graph
+from ..ops.registry import broadcast_shapes, slice_shape
 
 # ONNX ops whose outputs are computed at import when every input is a constant.
 FOLDABLE = {"Shape", "Size", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Cast", "Add", "Sub",
@@ -33,8 +34,27 @@ FOLDABLE = {"Shape", "Size", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze"
 def from_onnx(model: Any, shapes: Mapping[str, Sequence[int]] | None = None, *, name: str | None = None) -> Graph:
     import onnx
     proto = _load(model, onnx)
-    imp = _Importer(proto, dict(shapes or {}), name)
+    imp = _Importer(proto, _bindings(shapes), name)
     return imp.run()
+
+
+def _bindings(shapes: Any) -> dict[str, tuple[int, ...]]:
+    """`shapes=`: input name -> its dims, each a non-negative int (a bool or 2.5 is not a dim)."""
+    if shapes is None:
+        return {}
+    if not isinstance(shapes, Mapping):
+        raise ShapeError(f"shapes= must map input names to dims, got {type(shapes).__name__}")
+    out = {}
+    for key, dims in shapes.items():
+        if not isinstance(key, str):
+            raise ShapeError(f"shapes= keys must be input names, got {key!r:.40}")
+        ok = isinstance(dims, (list, tuple)) and all(
+            isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)) and d >= 0 for d in dims)
+        if not ok:
+            raise ShapeError(f"shapes= gives {dims!r:.60}; dims must be a list or tuple of non-negative ints",
+                             tensor=key)
+        out[key] = tuple(int(d) for d in dims)
+    return out
 
 
 def _load(model: Any, onnx):
@@ -64,7 +84,7 @@ class _Importer:
         self.proto, self.shapes = proto, shapes
         self.g = proto.graph
         self.b = GraphBuilder(name or self.g.name or "onnx_model", model=True)
-        self.consts: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in self.g.initializer}
+        self.consts: dict[str, np.ndarray] = {t.name: _initializer(t, numpy_helper) for t in self.g.initializer}
         self.values: dict[str, Value] = {}
         self.node = None
         self.opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 13)
@@ -77,18 +97,27 @@ class _Importer:
         for vi in self.g.input:
             if vi.name not in self.consts:
                 self._input(vi)
+        produced = {vi.name for vi in self.g.input} | set(self.consts)
         for k, node in enumerate(self.g.node):
             self.node = node
             where = self._where(k)
             try:
+                _single_assignment(node, produced)
                 self._node(node)
             except (UnsupportedOpError, AttrError, ShapeError, FormatError) as e:
                 if e.op is None or not e.op.startswith("ONNX"):
                     raise type(e)(e.message, op=where, tensor=e.tensor or (node.output[0] if node.output else None)) from None
                 raise
+            except (TypeError, ValueError, KeyError, IndexError) as e:
+                # the schema check vouches for attribute types and input counts, not for the values
+                # a malformed model holds (its constants): a handler's numpy failure on one is that
+                raise FormatError(f"malformed node: {type(e).__name__}: {str(e)[:200]}", op=where,
+                                  tensor=node.output[0] if node.output else None) from None
         outs = []
         for vi in self.g.output:
             if vi.name not in self.values:
+                if vi.name not in self.consts:
+                    raise FormatError("model output is never produced", tensor=vi.name)
                 raise UnsupportedOpError("model output is a constant (it folds away at import); akgpy compiles "
                                          "outputs computed from inputs", tensor=vi.name)
             outs.append(self.values[vi.name])
@@ -107,7 +136,7 @@ class _Importer:
         for d in t.shape.dim:
             dims.append(d.dim_value if d.HasField("dim_value") else None)
         if vi.name in self.shapes:
-            bound = tuple(int(s) for s in self.shapes[vi.name])
+            bound = self.shapes[vi.name]
             if len(bound) != len(dims) or any(d is not None and d != s for d, s in zip(dims, bound)):
                 raise ShapeError(f"shapes= gives {list(bound)}, the model declares "
                                  f"{[d if d is not None else '?' for d in dims]}", tensor=vi.name)
@@ -121,6 +150,9 @@ class _Importer:
     def _node(self, node) -> None:
         ins = list(node.input)
         known = [n == "" or n in self.consts for n in ins]
+        default_domain = node.domain in ("", "ai.onnx")
+        if default_domain and (node.op_type in HANDLERS or node.op_type in FOLDABLE or node.op_type == "Constant"):
+            self._check_schema(node)
         if node.op_type == "Constant":
             self._fold(node)
             return
@@ -141,16 +173,30 @@ class _Importer:
             if name and v is not None:
                 self.values[name] = v
 
+    def _check_schema(self, node) -> None:
+        """The node against its ONNX schema, as onnxruntime checks it on load: attribute names and
+        types, input and output counts. A handler then reads well-typed attributes."""
+        from onnx import checker
+        ctx = checker.C.CheckerContext()
+        ctx.ir_version = max(self.proto.ir_version, 3)
+        ctx.opset_imports = {"": self.opset, **{o.domain: o.version for o in self.proto.opset_import
+                                                 if o.domain not in ("", "ai.onnx")}}
+        try:
+            checker.check_node(node, ctx, checker.C.LexicalScopeContext())
+        except Exception as e:  # onnx's ValidationError, or its C++ parser's errors
+            msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            raise (AttrError if "attribute" in msg else FormatError)(f"invalid node: {msg}") from None
+
     def _fold(self, node) -> None:
         from onnx import helper
         from onnx.reference import ReferenceEvaluator
         ins = [n for n in node.input if n]
-        inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(self.consts[n].dtype), None)
-                  for n in ins]
-        outputs = [helper.make_tensor_value_info(n, 0, None) for n in node.output]
-        graph = helper.make_graph([node], "fold", inputs, outputs)
-        m = helper.make_model(graph, opset_imports=list(self.proto.opset_import))
         try:
+            inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(self.consts[n].dtype), None)
+                      for n in ins]
+            outputs = [helper.make_tensor_value_info(n, 0, None) for n in node.output]
+            graph = helper.make_graph([node], "fold", inputs, outputs)
+            m = helper.make_model(graph, opset_imports=list(self.proto.opset_import))
             res = ReferenceEvaluator(m).run(None, {n: self.consts[n] for n in ins})
         except Exception as e:
             raise FormatError(f"constant folding failed: {type(e).__name__}: {str(e)[:200]}") from None
@@ -168,7 +214,17 @@ class _Importer:
             raise AttrError(f"missing attribute {key!r}")
         return default
 
+    def flag(self, key: str, default: int) -> bool:
+        """A 0/1 attribute; other values are outside the spec (and onnx's own shape inference reads
+        2**40 as 0, its int32 truncation)."""
+        v = self._attr(key, default)
+        if v not in (0, 1):
+            raise AttrError(f"attribute {key!r} is a flag (0 or 1), got {v!r}")
+        return bool(v)
+
     def const(self, name: str, what: str) -> np.ndarray:
+        if name not in self.consts and name not in self.values:
+            raise FormatError("tensor is used before any node produces it", tensor=name)
         if name not in self.consts:
             raise UnsupportedOpError(f"{what} must be a constant (an initializer or computable at import)",
                                      tensor=name)
@@ -199,6 +255,25 @@ class _Importer:
             else:
                 out.append(self.val(n))
         return out
+
+
+def _initializer(t, numpy_helper) -> np.ndarray:
+    if any(d < 0 for d in t.dims):  # numpy's reshape would read -1 as "the rest"
+        raise FormatError(f"initializer dims {list(t.dims)} are negative", tensor=t.name)
+    try:
+        return numpy_helper.to_array(t)
+    except Exception as e:  # raw_data shorter than its dims, an unknown data_type, missing external data
+        raise FormatError(f"malformed initializer: {type(e).__name__}: {str(e)[:200]}", tensor=t.name) from None
+
+
+def _single_assignment(node, produced: set[str]) -> None:
+    """ONNX graphs assign each tensor once; a second producer is an invalid model, not a rebinding."""
+    for name in node.output:
+        if not name:
+            continue
+        if name in produced:
+            raise FormatError("tensor is produced twice (an ONNX graph assigns each tensor once)", tensor=name)
+        produced.add(name)
 
 
 def _safe(name: str) -> str:
@@ -245,7 +320,10 @@ def _sigmoid(b: GraphBuilder, x: Value) -> Value:
 
 def _gelu(im: _Importer, node):
     b, x = im.b, im.val(node.input[0])
-    if im._attr("approximate", "none") == "tanh":
+    approximate = im._attr("approximate", "none")
+    if approximate not in ("none", "tanh"):
+        raise AttrError(f"Gelu approximate={approximate!r}; ONNX knows 'none' and 'tanh'")
+    if approximate == "tanh":
         inner = b.mul(b.add(x, b.mul(b.mul(b.mul(x, x), x), 0.044715)), math.sqrt(2.0 / math.pi))
         return [b.mul(b.mul(x, 0.5), b.add(b.tanh(inner), 1.0))]
     return [b.mul(b.mul(x, 0.5), b.add(b.erf(b.mul(x, 1.0 / math.sqrt(2.0))), 1.0))]
@@ -295,12 +373,12 @@ def _reduce(kind: str):
             axes = [int(a) for a in im.const(node.input[1], "reduction axes")]
         else:
             axes = im._attr("axes", None)
-        keep = bool(im._attr("keepdims", 1))
+        keep = im.flag("keepdims", 1)
         if not axes:
-            if im._attr("noop_with_empty_axes", 0):
+            if im.flag("noop_with_empty_axes", 0):
                 return [x]
             axes = list(range(rank))
-        axes = sorted(_axis(a, rank) for a in axes)
+        axes = sorted({_axis(a, rank) for a in axes})  # an axis named twice is reduced once, as onnxruntime does
         if kind == "mean":
             y = _mean(b, x, axes)
             return [y if keep else b.reshape(y, [s for d, s in enumerate(x.shape) if d not in axes] or [1])]
@@ -322,7 +400,7 @@ def _matmul_values(b: GraphBuilder, x: Value, w: Value, ta: bool = False, tb: bo
         rows = math.prod(x.shape[:-1])
         y = b.matmul(b.reshape(x, [rows, x.shape[-1]]), w, transpose_b=tb)
         return b.reshape(y, [*x.shape[:-1], y.shape[-1]])
-    batch = np.broadcast_shapes(tuple(x.shape[:-2]), tuple(w.shape[:-2]))
+    batch = broadcast_shapes([x.shape[:-2], w.shape[:-2]], tensor=w.name)
     if tuple(x.shape[:-2]) != batch:
         x = b.broadcast_to(x, [*batch, *x.shape[-2:]])
     if tuple(w.shape[:-2]) != batch:
@@ -332,9 +410,13 @@ def _matmul_values(b: GraphBuilder, x: Value, w: Value, ta: bool = False, tb: bo
 
 def _gemm(im: _Importer, node):
     b = im.b
-    ta, tb = bool(im._attr("transA", 0)), bool(im._attr("transB", 0))
+    ta, tb = im.flag("transA", 0), im.flag("transB", 0)
     alpha, beta = float(im._attr("alpha", 1.0)), float(im._attr("beta", 1.0))
     wname = node.input[1]
+    for name in node.input[:2]:
+        rank = len(im.consts[name].shape) if name in im.consts and name not in im.values else len(im.val(name).shape)
+        if rank != 2:
+            raise ShapeError(f"Gemm operands are matrices; this one has rank {rank}", tensor=name)
     if tb and wname in im.consts and wname not in im.values:
         # nn.Linear's [out, in] weight: transposed once here, so the kernel streams B's rows
         w = im.b.weight(_safe(wname) + "_t", np.ascontiguousarray(im.consts[wname].T))
@@ -360,10 +442,19 @@ def _conv(im: _Importer, node):
     if any(d != 1 for d in im._attr("dilations", [1, 1])):
         raise UnsupportedOpError(f"dilated Conv (dilations={im._attr('dilations')}) is not supported")
     wc = im.const(node.input[1], "Conv weight")
+    if wc.ndim != 4 or wc.shape[1] != x.shape[1]:
+        raise ShapeError(f"Conv weight {list(wc.shape)} is not [out, {x.shape[1]}, kh, kw] for input "
+                         f"{list(x.shape)}", tensor=node.input[1])
     o, c, kh, kw = wc.shape
-    sh, sw = im._attr("strides", [1, 1])
-    pads = list(im._attr("pads", [0, 0, 0, 0]))
+    strides, pads = list(im._attr("strides", [1, 1])), list(im._attr("pads", [0, 0, 0, 0]))
     auto = im._attr("auto_pad", "NOTSET")
+    if len(strides) != 2 or min(strides) < 1 or len(pads) != 4 or min(pads) < 0:
+        raise AttrError(f"Conv strides {strides} / pads {pads}: 2-D needs 2 positive strides and 4 pads >= 0")
+    if auto not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        raise AttrError(f"Conv auto_pad={auto!r} is not an ONNX auto_pad")
+    if list(im._attr("kernel_shape", [kh, kw])) != [kh, kw]:
+        raise AttrError(f"Conv kernel_shape {im._attr('kernel_shape')} disagrees with the weight's {[kh, kw]}")
+    sh, sw = strides
     n, _, h, wd = x.shape
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         ph, pw = [max((math.ceil(s / st) - 1) * st + k - s, 0) for s, st, k in ((h, sh, kh), (wd, sw, kw))]
@@ -377,6 +468,8 @@ def _conv(im: _Importer, node):
         y = _conv_nhwc(im, x, wc, node, pads, sh, sw)
     if len(node.input) > 2 and node.input[2]:
         bias = im.const(node.input[2], "Conv bias")
+        if bias.shape != (o,):
+            raise ShapeError(f"Conv bias {list(bias.shape)} is not [{o}]", tensor=node.input[2])
         y = b.add(y, b.weight(_safe(node.input[2]) + "_nchw", bias.reshape(1, o, 1, 1)))
     return [y]
 
@@ -414,11 +507,17 @@ def _conv_nhwc(im: _Importer, x: Value, wc: np.ndarray, node, pads, sh: int, sw:
 
 def _batchnorm(im: _Importer, node):
     b, x = im.b, im.val(node.input[0])
-    if im._attr("training_mode", 0):
+    if im.flag("training_mode", 0):
         raise UnsupportedOpError("BatchNormalization in training mode is not supported (inference only)")
+    if len(x.shape) < 2:
+        raise ShapeError(f"BatchNormalization needs [N, C, ...] data, got {list(x.shape)}", tensor=node.input[0])
     scale, bias, mean, var = (im.const(n, "BatchNormalization parameter").astype(np.float64) for n in node.input[1:5])
+    for name, p in zip(node.input[1:5], (scale, bias, mean, var)):
+        if p.shape != (x.shape[1],):
+            raise ShapeError(f"BatchNormalization parameter {list(p.shape)} is not [{x.shape[1]}]", tensor=name)
     eps = float(im._attr("epsilon", 1e-5))
-    s = scale / np.sqrt(var + eps)
+    with np.errstate(invalid="ignore", divide="ignore"):  # a negative var gives NaN, as in ONNX
+        s = scale / np.sqrt(var + eps)
     t = bias - mean * s
     shape = [1, len(s)] + [1] * (len(x.shape) - 2)
     np_dt = dtypes.to_numpy(x.dtype)
@@ -432,8 +531,11 @@ def _reshape_to(im: _Importer, x: Value, shape: Sequence[int]) -> Value:
 
 def _reshape(im: _Importer, node):
     x = im.val(node.input[0])
-    spec = [int(s) for s in im.const(node.input[1], "Reshape's shape")]
-    allowzero = im._attr("allowzero", 0)
+    spec = _int_vector(im, node.input[1], "Reshape's shape")
+    allowzero = im.flag("allowzero", 0)
+    if not allowzero and any(s == 0 and i >= len(x.shape) for i, s in enumerate(spec)):
+        raise ShapeError(f"Reshape's shape {spec} copies a dim (0) beyond the input's rank {len(x.shape)}",
+                         tensor=node.input[1])
     shape = [x.shape[i] if s == 0 and not allowzero else s for i, s in enumerate(spec)]
     if shape.count(-1) == 1:
         known = math.prod(s for s in shape if s != -1)
@@ -445,7 +547,7 @@ def _reshape(im: _Importer, node):
 
 def _axes_of(im: _Importer, node) -> list[int] | None:
     if len(node.input) > 1 and node.input[1]:
-        return [int(a) for a in im.const(node.input[1], "axes")]
+        return _int_vector(im, node.input[1], "axes")
     return im._attr("axes", None)
 
 
@@ -454,6 +556,8 @@ def _unsqueeze(im: _Importer, node):
     axes = _axes_of(im, node) or []
     rank = len(x.shape) + len(axes)
     axes = sorted(_axis(a, rank) for a in axes)
+    if len(set(axes)) != len(axes):
+        raise AttrError(f"Unsqueeze axes {axes} name an axis twice")
     shape, it = [], iter(x.shape)
     for d in range(rank):
         shape.append(1 if d in axes else next(it))
@@ -465,6 +569,9 @@ def _squeeze(im: _Importer, node):
     axes = _axes_of(im, node)
     rank = len(x.shape)
     axes = [d for d, s in enumerate(x.shape) if s == 1] if not axes else [_axis(a, rank) for a in axes]
+    if any(x.shape[a] != 1 for a in axes):
+        raise ShapeError(f"Squeeze axes {axes} of {list(x.shape)}: only dims of size 1 can be squeezed",
+                         tensor=node.input[0])
     return [_reshape_to(im, x, [s for d, s in enumerate(x.shape) if d not in axes] or [1])]
 
 
@@ -491,7 +598,7 @@ def _where(im: _Importer, node):
     c = im.val(node.input[0])
     x, y = im.operands(node.input[1:3])
     like = x if isinstance(x, Value) else y
-    shape = np.broadcast_shapes(tuple(c.shape), *(tuple(v.shape) for v in (x, y) if isinstance(v, Value)))
+    shape = broadcast_shapes([c.shape, *(v.shape for v in (x, y) if isinstance(v, Value))], tensor=node.output[0])
     if tuple(c.shape) != shape:
         c = b.broadcast_to(c, shape, c.dtype)
     x, y = (b._as_value(v, like) for v in (x, y))
@@ -500,7 +607,11 @@ def _where(im: _Importer, node):
 
 def _expand(im: _Importer, node):
     x = im.val(node.input[0])
-    shape = np.broadcast_shapes(tuple(x.shape), tuple(int(s) for s in im.const(node.input[1], "Expand's shape")))
+    spec = im.const(node.input[1], "Expand's shape")
+    if spec.ndim != 1 or spec.dtype.kind not in "iu":
+        raise ShapeError(f"Expand's shape must be a 1-D integer tensor, got {spec.dtype}{list(spec.shape)}",
+                         tensor=node.input[1])
+    shape = broadcast_shapes([x.shape, tuple(int(s) for s in spec)], tensor=node.input[1])
     return [x if tuple(shape) == tuple(x.shape) else im.b.broadcast_to(x, shape, x.dtype)]
 
 
@@ -519,26 +630,41 @@ def _concat(im: _Importer, node):
 def _slice(im: _Importer, node):
     x = im.val(node.input[0])
     rank = len(x.shape)
-    starts = [int(s) for s in im.const(node.input[1], "Slice starts")]
-    ends = [int(s) for s in im.const(node.input[2], "Slice ends")]
-    axes = [int(a) for a in im.const(node.input[3], "Slice axes")] if len(node.input) > 3 and node.input[3] \
+    starts = _int_vector(im, node.input[1], "Slice starts")
+    ends = _int_vector(im, node.input[2], "Slice ends")
+    axes = _int_vector(im, node.input[3], "Slice axes") if len(node.input) > 3 and node.input[3] \
         else list(range(len(starts)))
-    steps = [int(s) for s in im.const(node.input[4], "Slice steps")] if len(node.input) > 4 and node.input[4] \
+    steps = _int_vector(im, node.input[4], "Slice steps") if len(node.input) > 4 and node.input[4] \
         else [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise AttrError(f"Slice starts/ends/axes/steps have lengths {len(starts)}/{len(ends)}/{len(axes)}/"
+                        f"{len(steps)}; ONNX needs them equal")
+    axes = [_axis(a, rank) for a in axes]
+    if len(set(axes)) != len(axes):
+        raise AttrError(f"Slice axes {axes} name an axis twice")
+    if 0 in steps:
+        raise AttrError(f"Slice steps {steps} contain 0")
     begin, end, stride = [0] * rank, list(x.shape), [1] * rank
     for a, s, e, st in zip(axes, starts, ends, steps):
-        a = _axis(a, rank)
         n = x.shape[a]
         s, e, st = slice(s, e, st).indices(n)  # clamps ONNX's INT_MAX ends
         begin[a], end[a], stride[a] = s, (e if e >= 0 else -n - 1), st
-    from ..ops.registry import slice_shape
     shape = slice_shape(x.shape, begin, end, stride)
     return [im.b.op("StridedSlice", [x], shape, x.dtype, begin=begin, end=end, strides=stride)]
+
+
+def _int_vector(im: _Importer, name: str, what: str) -> list[int]:
+    v = im.const(name, what)
+    if v.ndim != 1 or v.dtype.kind not in "iu":
+        raise ShapeError(f"{what} must be a 1-D integer tensor, got {v.dtype}{list(v.shape)}", tensor=name)
+    return [int(a) for a in v]
 
 
 def _gather(im: _Importer, node):
     x = im.val(node.input[0])
     idx = im.const(node.input[1], "Gather indices") if node.input[1] in im.consts else None
+    if idx is not None and idx.dtype.kind not in "iu":
+        raise ShapeError(f"Gather indices must be integers, got {idx.dtype}", tensor=node.input[1])
     iv = im.val(node.input[1]) if idx is None else im.b.weight(_safe(node.input[1]) + "_idx",
                                                                idx.astype(np.int64).reshape(idx.shape or (1,)))
     axis = _axis(im._attr("axis", 0), len(x.shape))

@@ -14,6 +14,7 @@ unusual block leaves that block correct but slower, never broken.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 
 import tvm_ffi
 from tvm import ir, s_tir, tirx
@@ -88,17 +89,86 @@ def vectorize_innermost(sch, block, cfg: ScheduleConfig) -> list:
     return loops
 
 
+# An inlined chain of blocks is one expression, and TVM's passes (akgpy's Python ones too) walk
+# expressions recursively: a chain of 3,000 Negs or an AddN of 3,000 terms overflowed the C
+# stack, and inlining a chain into each next block is quadratic in its length. A block whose
+# expression would be deeper or larger than this stays a statement, its consumers load it.
+INLINE_MAX_DEPTH = 256
+INLINE_MAX_NODES = 16384
+
+
+@dataclass
+class _Expr:
+    """A block's expression: own depth and node count, and the producer buffers it loads (with
+    the depth of each load) by handle."""
+    depth: int
+    nodes: int
+    loads: list[tuple[int, int]]
+
+
+def _measure(body) -> _Expr:
+    """Depth, node count and loads of a (single-op, so shallow) block body's expressions."""
+    stack, loads = [[0, 0]], []
+
+    def visit(node, v):
+        frame = [0, 1]
+        stack.append(frame)
+        if isinstance(node, ir.TensorLoad):
+            loads.append((node.source.__chandle__(), len(stack) - 1))
+        v.default_visit(node)
+        stack.pop()
+        stack[-1][0] = max(stack[-1][0], frame[0] + 1)
+        stack[-1][1] += frame[1]
+    tvm_ffi.structural_visit(body, [(ir.Expr, visit)])
+    return _Expr(stack[0][0], stack[0][1], loads)
+
+
+def bounded_inlining(blocks: list, candidates: set[str]) -> set[str]:
+    """The candidates (names of blocks that may be inlined) to inline so that no block's
+    expression, with its inlined producers substituted, is deeper than INLINE_MAX_DEPTH or has
+    more than INLINE_MAX_NODES nodes. `blocks`: the SBlocks in program order. Greedy in that
+    order: where a block's expression would exceed a bound, its largest inlined producers stay
+    statements until it fits (a block alone, one op, always fits)."""
+    measured: dict[int, tuple[int, int]] = {}  # buffer of an inlined block -> (depth, nodes)
+    inlined = set()
+    for blk in blocks:
+        own = _measure(blk.body)
+        while True:
+            depth, nodes = own.depth, own.nodes
+            for buf, at in own.loads:
+                if buf in measured:
+                    d, n = measured[buf]
+                    depth, nodes = max(depth, at + d - 1), nodes + n - 1
+            if (depth <= INLINE_MAX_DEPTH and nodes <= INLINE_MAX_NODES) or not any(b in measured for b, _ in own.loads):
+                break
+            deepest = max((b for b, _ in own.loads if b in measured), key=lambda b: measured[b])
+            del measured[deepest]
+            inlined.discard(deepest)
+        if blk.name_hint in candidates and blk.writes:
+            buf = blk.writes[0].source.__chandle__()
+            measured[buf] = (depth, nodes)
+            inlined.add(buf)
+    return {b.name_hint for b in blocks if b.writes and b.writes[0].source.__chandle__() in inlined}
+
+
 def inline_injective(sch, low: Lowered, keep=frozenset()) -> list[str]:
-    """Inline every elementwise block (except those in `keep`) into its consumers; the names of
-    the blocks left, in order."""
-    names = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    """Inline every elementwise block (except those in `keep`, those writing a parameter, and
+    those `bounded_inlining` keeps) into its consumers; the names of the blocks left, in order."""
+    blocks = [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    params = {p.name for p in low.func.params}  # kernel arguments: their handles bear the buffers' names
+    # an output block cannot be inlined, and TVM's refusal renders the whole function: quadratic
+    # in the number of outputs (400 of them took 45 s)
+    candidates = {b.name_hint for b in blocks if low.roles.get(b.name_hint) == "elemwise" and b.name_hint not in keep
+                  and not any(w.source.name in params for w in b.writes)}
+    chosen = bounded_inlining(blocks, candidates)
     left = []
-    for name in names:
+    for blk in blocks:
+        name = blk.name_hint
         try:
-            if low.roles.get(name) == "elemwise" and name not in keep:
+            if name in chosen:
                 sch.compute_inline(sch.get_sblock(name))
                 continue
-        except s_tir.ScheduleError:  # e.g. an output block: it stays, scheduled on its own
+        except s_tir.ScheduleError:  # it stays, scheduled on its own
             pass
         left.append(name)
     return left

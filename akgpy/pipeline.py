@@ -47,10 +47,10 @@ def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", c
     cfg = config or default_config(target)
     # the kernel runs on the collapsed graph; Program keeps g: it checks and returns g's shapes
     kg, graph_note = (cfg.collapse_dims and collapse_dims(g)) or (g, None)
-    shared = share_exp(kg)
+    shared = share_exp(kg) if cfg.inexact_math else None
     # sharing an exp(-|x|) that a reduction reads pays only where its consumers ride in the
     # reduction's loops (graph/algebra.py): compiled that way first, kept only if one does
-    bolder = share_exp(kg, reduced=True) if schedule == "poly" and cfg.share_math else None
+    bolder = share_exp(kg, reduced=True) if schedule == "poly" and cfg.share_math and cfg.inexact_math else None
     if bolder is not None and (shared is None or bolder[0].ops != shared[0].ops):
         kernel = _kernel(g, bolder[0], _joined(graph_note, bolder[1]), target, schedule, cfg,
                          riding=exp_blocks(bolder[0]))

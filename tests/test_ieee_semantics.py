@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import akgpy
-from akgpy import GraphBuilder
+from akgpy import GraphBuilder, reference
 
 SHAPE = (4, 48)
 SPECIAL = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 3.0, 0.1, -2.5, 65504.0, -65504.0, 6e-8, -6e-8,
@@ -168,3 +168,22 @@ def test_reference_integer_division_is_exact_in_int64():
     xs = [np.array([2 ** 62 + 1, -(2 ** 62) - 3, 9], np.int64), np.array([1, 1, -2], np.int64)]
     got, = akgpy.reference.run(g, xs)
     assert list(got) == [2 ** 62 + 1, -(2 ** 62) - 3, -4]
+
+
+def test_share_exp_is_off_unless_inexact_math_is_asked_for():
+    """c / (exp(-x) + 1) with c = inf at x = -88: IEEE gives inf; share_exp's c * e / (e + 1)
+    gives inf * 0 = NaN where e = exp(-|x|) underflows. Off by default, on with inexact_math."""
+    from akgpy.schedule.config import default_config
+    b = GraphBuilder("sigmoid_inf")
+    x, c = b.input("x", (64, 256)), b.input("c", (64, 256))
+    b.output(b.log(b.exp(-b.abs(x)) + 1.0) + b.maximum(x, 0.0), c / (b.exp(-x) + 1.0))
+    g = b.build()
+    xs = np.full((64, 256), -88.0, np.float32)
+    cs = np.full((64, 256), np.inf, np.float32)
+    want = reference.run(g, [xs, cs])
+    prog = akgpy.fuse(g)
+    assert "share_exp" not in prog.explain()
+    got = prog(xs, cs)
+    np.testing.assert_array_equal(got[1], want[1])
+    loose = akgpy.fuse(g, config=default_config().replace(inexact_math=True))
+    assert "share_exp" in loose.explain()

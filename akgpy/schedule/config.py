@@ -37,6 +37,10 @@ class ScheduleConfig:
     # an elementwise statement sharing vector math with a reduction runs in the reduction's loops,
     # where LLVM computes the shared chain once (poly/riders.py)
     share_math: bool = True
+    # graph rewrites that are not exact for every input value: exp(-x) taken from exp(-|x|) of
+    # the same x (graph/algebra.share_exp: ~1.5 ulp; an infinite numerator times an underflowed
+    # exp gives NaN). Off by default: IEEE's and numpy's results decide (docs/semantics.md)
+    inexact_math: bool = False
     # wall-clock bound on isl's fused search; past it isl searches again without constant shifts
     # (each of the corpus graphs that ran out got a fused answer so in 0.04-0.21 s), then with
     # each strongly connected component on its own (milliseconds), and only if those fail too
@@ -104,7 +108,7 @@ class ScheduleConfig:
                                f"{self.narrow_transpose_bytes!r}")
         if not isinstance(self.prefetch_bytes, int) or isinstance(self.prefetch_bytes, bool) or self.prefetch_bytes < 0:
             raise CompileError(f"ScheduleConfig.prefetch_bytes must be an int >= 0, got {self.prefetch_bytes!r}")
-        for f in ("input_fusion", "share_math", "stream_write_heavy", "collapse_dims"):
+        for f in ("input_fusion", "share_math", "inexact_math", "stream_write_heavy", "collapse_dims"):
             if not isinstance(getattr(self, f), bool):
                 raise CompileError(f"ScheduleConfig.{f} must be a bool, got {getattr(self, f)!r}")
         if not isinstance(self.stream_share, (int, float)) or isinstance(self.stream_share, bool) \

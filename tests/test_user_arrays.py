@@ -121,18 +121,20 @@ def test_partially_overlapping_views_are_right(view):
     np.testing.assert_allclose(t, want, rtol=1e-6)
 
 
+@pytest.mark.parametrize("transpose_a", [False, True])
 @pytest.mark.parametrize("alias", ["a", "b"])
-def test_an_in_place_matmul_result_over_an_operand_is_right(alias):
+def test_an_in_place_matmul_result_over_an_operand_is_right(alias, transpose_a):
     """assign(t, a @ b) called with t the same array as a (or b): written in place, later rows
-    read operand rows the kernel had overwritten (768 of 1,024 elements wrong)."""
+    read operand rows the kernel had overwritten (2,048-3,584 of 4,096 elements wrong)."""
+    n = 64
     b = akgpy.GraphBuilder("alias_mm")
-    t, x, w = b.input("t", (32, 32)), b.input("x", (32, 32)), b.input("w", (32, 32))
-    b.assign(t, b.matmul(x, w))
+    t, x, w = b.input("t", (n, n)), b.input("x", (n, n)), b.input("w", (n, n))
+    b.assign(t, b.matmul(x, w, transpose_a=transpose_a))
     prog = akgpy.fuse(b.build())
-    a = _rng_like((32, 32), "float32", 6)
-    other = _rng_like((32, 32), "float32", 7)
+    a = _rng_like((n, n), "float32", 6)
+    other = _rng_like((n, n), "float32", 7)
     x_, w_ = (a, other) if alias == "a" else (other, a)
-    want = x_.astype(np.float64) @ w_.astype(np.float64)
+    want = (x_.T if transpose_a else x_).astype(np.float64) @ w_.astype(np.float64)
     prog(a, x_, w_)
     np.testing.assert_allclose(a, want, rtol=1e-4, atol=1e-4)
 

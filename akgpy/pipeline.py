@@ -126,6 +126,8 @@ def compile_model(graph: Graph, target: str = "llvm", *, schedule: str = "poly",
 
     if contraction not in ("generated", "library"):
         raise CompileError(f"unknown contraction policy {contraction!r}; available: 'generated', 'library'")
+    from .targets.llvm import resolve
+    resolve(target)  # refused here too: a model of library and fallback steps builds no kernel
     library = set()
     if contraction == "library":
         library = {i for i, op in enumerate(graph.ops)

@@ -330,3 +330,49 @@ def test_onnx_reduce_axis_named_twice_matches_onnxruntime(op, axes):
     got = akgpy.fuse(g)(x)[0]
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def _corpus_doc(rel):
+    return json.loads((CORPUS / rel).read_text())
+
+
+def _set_attr(doc, op_index, name, value):
+    attrs = doc["op_desc"][op_index]["attr"]
+    for a in attrs:
+        if a["name"] == name:
+            a["value"] = value
+            return doc
+    attrs.append({"data_type": "bool", "name": name, "value": value})
+    return doc
+
+
+@pytest.mark.parametrize("rel,index,name", [
+    ("networks/resnet101/Fused_MatMul_split_7001529160777602543.info", 0, "transpose_a"),
+    ("networks/resnet101/Fused_MatMul_split_7001529160777602543.info", 0, "transpose_b"),
+    ("networks/alexnet/Fused_AssignAdd_11514799015909298180.info", 1, "fake_output"),
+])
+@pytest.mark.parametrize("value", ["false", 2, 1.0, None, [True]])
+def test_composite_bool_attrs_are_not_read_by_truthiness(rel, index, name, value):
+    """transpose_b "false" was read as True (bool("false")), fake_output "x" as True."""
+    with pytest.raises(AttrError, match=name) as e:
+        akgpy.load_composite(_set_attr(_corpus_doc(rel), index, name, value))
+    assert e.value.op is not None
+
+
+@pytest.mark.parametrize("value", ["0", None, True, [0.0]])
+def test_composite_pad_value_must_be_a_number(value):
+    doc = _set_attr(_corpus_doc("networks/yolov3_darknet53/Fused_PadAkg_split_1335691012697875742.info"), 0,
+                    "pad_val", value)
+    with pytest.raises(AttrError, match="pad_val"):
+        akgpy.load_composite(doc)
+
+
+def test_model_without_kernels_refuses_a_foreign_target():
+    """A model whose one MatMul runs on BLAS builds no kernel: the target was never looked at."""
+    b = GraphBuilder(model=True)
+    x, w = b.input("x", (4, 8)), b.input("w", (8, 4))
+    b.output(b.matmul(x, w))
+    g = b.build()
+    for target in ("cuda", {"kind": "cuda"}):
+        with pytest.raises(CompileError, match="target"):
+            akgpy.fuse(g, target=target, contraction="library")

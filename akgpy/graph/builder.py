@@ -64,6 +64,8 @@ def _distinct_axes(axes: list[int], rank: int, *, tensor: str) -> list[int]:
 
 def _reshape_dims(size: int, spec: Any, *, tensor: str) -> list[int]:
     """numpy's reshape spec: at most one -1, which takes the size the other dims leave."""
+    if isinstance(spec, np.ndarray) and spec.ndim == 1:
+        spec = spec.tolist()
     if not isinstance(spec, (list, tuple)):
         raise ShapeError(f"shape must be a list or tuple of ints, got {spec!r:.60}", tensor=tensor)
     unknown = [d for d, s in enumerate(spec) if not isinstance(s, bool) and isinstance(s, numbers.Integral) and s == -1]
@@ -127,7 +129,7 @@ class Value:
     def __lt__(self, o): return self.b._binary("Less", self, o, "bool")
     def __le__(self, o): return self.b._binary("LessEqual", self, o, "bool")
     def astype(self, dtype: str): return self.b.cast(self, dtype)
-    def reshape(self, *shape): return self.b.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
+    def reshape(self, *shape): return self.b.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list, np.ndarray)) else shape)
     def transpose(self, *perm): return self.b.transpose(self, perm[0] if len(perm) == 1 and isinstance(perm[0], (tuple, list)) else perm)
     def sum(self, axis=None, keepdims=False): return self.b.reduce_sum(self, axis, keepdims)
     def max(self, axis=None, keepdims=False): return self.b.reduce_max(self, axis, keepdims)

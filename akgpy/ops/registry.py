@@ -145,6 +145,14 @@ def reduce_axes(op: Op, x: Tensor) -> tuple[int, ...]:
     return normalize_axes(op.attr("axis", []), len(x.shape), tensor=x.name)
 
 
+def _flag(op: Op, key: str) -> bool:
+    """A bool attr (default False); a string "false" or a 2 is not read as True."""
+    v = op.attr(key, False)
+    if not isinstance(v, bool):
+        raise AttrError(f"attribute {key!r} must be a bool, got {v!r:.40}")
+    return v
+
+
 def _int_list(op: Op, key: str, default=...) -> tuple[int, ...]:
     v = op.attr(key, default)
     if _is_int(v):
@@ -240,6 +248,7 @@ def _check_write(a: Tensor, b: Tensor) -> None:
 
 def inplace_assign(op, ins, outs):
     a, b, c = ins
+    _flag(op, "fake_output")
     _check_write(a, b)
     if outs[0].size != c.size or outs[0].dtype != c.dtype:
         raise ShapeError(f"output must equal the pass-through {c.name}: {c.dtype}{list(c.shape)}",
@@ -254,7 +263,7 @@ def assign(op, ins, outs):
 
 def matmul_dims(op: Op, a: Tensor, b: Tensor):
     """(batch, M, K, N) of C = op(A) @ op(B), in logical (non-fractal) coordinates."""
-    ta, tb = bool(op.attr("transpose_a", False)), bool(op.attr("transpose_b", False))
+    ta, tb = _flag(op, "transpose_a"), _flag(op, "transpose_b")
     la, lb = a.logical_shape, b.logical_shape
     if len(la) < 2 or len(la) != len(lb):
         raise ShapeError(f"operands need equal rank >= 2, got {list(la)} and {list(lb)}", tensor=b.name)
@@ -324,6 +333,9 @@ def conv2d(op, ins, outs):
 def pad(op, ins, outs):
     head, tail = _int_list(op, "head"), _int_list(op, "tail")
     x = ins[0]
+    pad_val = op.attr("pad_val", 0)
+    if isinstance(pad_val, bool) or not isinstance(pad_val, (int, float)):
+        raise AttrError(f"pad_val must be a number, got {pad_val!r:.40}")
     if len(head) != len(x.shape) or len(tail) != len(x.shape) or min(head + tail, default=0) < 0:
         raise AttrError(f"head {list(head)} / tail {list(tail)} must be non-negative and of rank {len(x.shape)}")
     _expect(outs[0], [s + h + t for s, h, t in zip(x.shape, head, tail)], x.dtype)

@@ -99,11 +99,48 @@ def _kernel(g: Graph, kg: Graph, graph_note: str | None, target: str, schedule: 
         return None
     dump(low.name, "2_scheduled.py", mod.script)
 
-    executable = llvm.build(mod, target)
+    executable = _on_deep_stack(lambda: llvm.build(mod, target), len(low.params))
     kernel = Kernel(low.name, low.params, executable, mod, low, report, graph_note)
     dump(low.name, "3_source.ll", lambda: kernel.source)
     dump(low.name, "4_explain.txt", kernel.explain)
     return kernel
+
+
+# The packed-call wrapper TVM builds around a kernel nests a statement per argument, and TVM's
+# passes and akgpy's TIR rewrites (targets/rewrite.py) recurse through that nesting: 1,000
+# outputs went about 2 Python frames and a few KiB of C stack deep per argument, past Python's
+# limit. Expression depth is bounded by the schedule (schedule/plain.py INLINE_MAX_DEPTH), so
+# the build runs in a thread whose stack and recursion limit grow with the argument count.
+FRAMES_PER_ARG, STACK_PER_FRAME = 4, 8 << 10
+
+
+def _on_deep_stack(fn, n_args: int):
+    import sys
+    import threading
+
+    from .schedule.plain import INLINE_MAX_DEPTH
+    frames = sys.getrecursionlimit() + FRAMES_PER_ARG * (n_args + INLINE_MAX_DEPTH)
+    result: list = []
+
+    def run():
+        try:
+            result.append((True, fn()))
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            result.append((False, e))
+    old_limit, old_stack = sys.getrecursionlimit(), threading.stack_size()
+    sys.setrecursionlimit(frames)
+    threading.stack_size(max(old_stack, (frames * STACK_PER_FRAME + (1 << 20) - 1) & ~((1 << 20) - 1)))
+    try:
+        worker = threading.Thread(target=run, name="akgpy-build")
+        worker.start()
+    finally:
+        threading.stack_size(old_stack)
+    worker.join()
+    sys.setrecursionlimit(old_limit)
+    ok, value = result[0]
+    if ok:
+        return value
+    raise value
 
 
 # -- whole model graphs ------------------------------------------------------------------------

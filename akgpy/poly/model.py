@@ -58,6 +58,13 @@ class PolyModel:
         return [s for s in self.statements if s.block == block]
 
 
+def statement_count(func) -> int:
+    """How many statements extract(func) makes: one per block, two per reduction block."""
+    realizes: list = []
+    tvm_ffi.structural_walk(func.body, [(s_tir.SBlockRealize, realizes.append)], order="pre")
+    return sum(1 + (r.block.init is not None) for r in realizes if r.block.name_hint != "root")
+
+
 def extract(func, roles: dict[str, str] | None = None, ctx: isl.Context | None = None) -> PolyModel:
     """PolyModel of `func` (akgpy.te.lower.lower(graph).func); `roles` is Lowered.roles."""
     ctx = ctx or new_context()

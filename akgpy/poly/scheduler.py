@@ -33,6 +33,23 @@ from .model import PolyModel
 DEFAULT_MAX_OPERATIONS = 20_000_000
 
 
+# isl's scheduler is superlinear in the statements (clustering compares bands pairwise): 400
+# independent outputs of `x * k` took 34 s; with their input reuse a chain (poly/deps.py), 100
+# took 0.19 s and 300 1.4 s. A model above this many statements takes the plain schedule (one
+# kernel all the same); the corpus's graphs have far fewer
+MAX_STATEMENTS = 128
+
+
+class ModelTooLarge(CompileError):
+    """A polyhedral model above MAX_STATEMENTS statements: not given to isl."""
+
+
+def check_size(n_statements: int) -> None:
+    if n_statements > MAX_STATEMENTS:
+        raise ModelTooLarge(f"{n_statements} statements, above the {MAX_STATEMENTS} that isl's "
+                            "scheduler is given (its search is superlinear in them)")
+
+
 def compute_schedule(model: PolyModel, deps: Deps, *, max_operations: int = DEFAULT_MAX_OPERATIONS,
                      options: dict[str, int] | None = None, input_reuse: bool = True) -> isl.Schedule:
     """isl's schedule for the model: validity = all dependences, proximity = RAW (so

@@ -28,6 +28,8 @@ from ..errors import AkgpyError
 from ..poly import IllegalSchedule, compute_schedule_bounded, dependences, describe, extract
 from ..poly.explain import tree_lines
 from ..poly.isl_util import maps_of, sets_of
+from ..poly.model import statement_count
+from ..poly.scheduler import ModelTooLarge, check_size
 from ..poly.access import array_size, extents
 from ..poly.tree import VECTOR, TreeOptions, shape
 from ..te.builders import LANE_PARTIALS
@@ -67,6 +69,8 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
     t0 = time.perf_counter()
     try:
         func, inlined, rfactored, chunked, math, model, deps, tree = _isl_schedule(low, cfg, timeout_s, report)
+    except ModelTooLarge as e:
+        return fallback(f"the model is too large for isl: {e}")
     except TimeoutError:
         return fallback(f"isl scheduler gave no answer within {timeout_s} s, nor with each "
                         "strongly connected component scheduled on its own")
@@ -146,6 +150,7 @@ def _isl_schedule(low: Lowered, cfg: ScheduleConfig, timeout_s: float, report: l
     akgpy's passes fuse from there. explain() says which. The first search keeps its full
     bound: on yolo ~3153 (1.7 s of isl then) it gave code 3x faster than the serialized one."""
     func, inlined, rfactored, chunked, math = _prepass(low, cfg)
+    check_size(statement_count(func))
     model = extract(func, low.roles)
     deps = dependences(model)
     biggest = max((e for s in model.statements for e in extents(s)), default=1)

@@ -1,4 +1,6 @@
-"""Every real subgraph in corpus/ compiles for llvm and matches the numpy reference.
+"""Every real subgraph in corpus/ compiles for llvm on the poly path (no plain fallback, no
+"isl's tree used as is", no refused mark; contractions on their template) and matches the
+numpy reference.
 
 Each graph is its own test with a hard wall-clock bound (pytest-timeout, thread method: a
 graph stuck inside TVM or a kernel is really interrupted, the worker process is replaced).
@@ -54,6 +56,12 @@ def test_corpus_graph(path: Path):
     g = akgpy.load_composite(path)
     prog = akgpy.fuse(g, target="llvm")
     assert len(prog.kernels) == 1, "a composite graph compiles to exactly one kernel"
+    # the poly path does not hide its bugs behind the plain schedule or isl's unshaped tree
+    route = prog.kernels[0].schedule_path
+    assert route.fallback is None, f"poly fell back to plain: {route.fallback}"
+    assert route.isl_tree_as_is is None, f"isl's tree used as is: {route.isl_tree_as_is}"
+    assert route.dropped_marks == 0, "the tree passes put a parallel/vector mark on a loop carrying a dependence"
+    assert route.path in ("poly/isl-ast", "poly/template"), route
     bad = check_program(g, prog, seed=0)
     assert not bad, "\n".join(f"{m.tensor}: {m.bad}/{m.total} outside tol {m.tol} (max abs {m.max_abs:.3g}), "
                               f"{m.example}" for m in bad)

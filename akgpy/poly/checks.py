@@ -1,8 +1,9 @@
-"""Legality of a schedule: every dependence source must run strictly before its sink.
+"""Legality of a schedule: every dependence source must run strictly before its sink, and no
+loop marked to run its iterations at once (parallel threads, vector lanes) carries a dependence.
 
 A schedule found by isl, built by hand, or read back from text all pass through here, so a
 wrong schedule fails loudly at compile time with a concrete violated pair, never as a wrong
-answer at run time.
+answer at run time. A mark that fails is dropped (`legal_marks`): its loop runs in order.
 """
 from __future__ import annotations
 
@@ -58,3 +59,53 @@ def check_legal(schedule: isl.UnionMap | isl.Schedule, deps: Deps) -> None:
                         for m in maps_of(bad)})
     raise IllegalSchedule(f"schedule violates a {'/'.join(k.upper() for k in kinds)} dependence "
                           f"{src} -> {dst}, e.g. {pair} ({n_stmt_pairs} statement pair(s) violated)")
+
+
+def carried(band: isl.ScheduleNode, deps: Deps) -> isl.UnionMap:
+    """The dependences between instances under `band` that its first member carries: source and
+    sink in one iteration of every outer band, in different iterations of that member. Exact:
+    isl compares the pairs' schedule values, no distance is approximated."""
+    dom = band.get_domain()
+    pairs = deps.validity.intersect_domain(dom).intersect_range(dom)
+    if pairs.is_empty():
+        return pairs
+    same = pairs.eq_at_multi_union_pw_aff(band.get_prefix_schedule_multi_union_pw_aff())
+    member = isl.MultiUnionPwAff.from_union_pw_aff(band.band_get_partial_schedule().get_at(0))
+    return same.subtract(same.eq_at_multi_union_pw_aff(member))
+
+
+def legal_marks(schedule: isl.Schedule, deps: Deps, names: frozenset[str]) -> tuple[isl.Schedule, list[str]]:
+    """`schedule` with every mark in `names` whose loop carries a dependence removed, and a note
+    for each naming one carried pair. A mark's loop is the first member of the band below it
+    (tree.py gives each marked member a band of its own)."""
+    notes: list[str] = []
+
+    def visit(node: isl.ScheduleNode) -> isl.ScheduleNode:
+        if node.get_type() == isl.schedule_node_type.mark and node.mark_get_id().get_name() in names:
+            band = _band_below(node.child(0))
+            bad = carried(band, deps) if band is not None else None
+            if bad is not None and not bad.is_empty():
+                notes.append(f"legality: {node.mark_get_id().get_name()} mark dropped, its loop carries "
+                             f"{_named(bad, deps)}")
+                node = node.delete()
+                return visit(node)
+        for c in range(node.n_children()):
+            node = visit(node.child(c)).parent()
+        return node
+    root = visit(schedule.get_root())
+    return root.get_schedule(), notes
+
+
+def _band_below(node: isl.ScheduleNode) -> isl.ScheduleNode | None:
+    """The first band on the single-child path from `node`: the loop a mark applies to."""
+    while node.get_type() != isl.schedule_node_type.band:
+        if node.n_children() != 1:
+            return None
+        node = node.child(0)
+    return node
+
+
+def _named(bad: isl.UnionMap, deps: Deps) -> str:
+    pair = bad.sample()
+    kinds = deps.kinds_of(isl.UnionMap.from_basic_map(pair)) or ["?"]
+    return f"a {'/'.join(k.upper() for k in kinds)} dependence, e.g. {pair}"

@@ -220,6 +220,12 @@ class Kernel:
         self.unchecked(*args)
 
     @property
+    def schedule_path(self):
+        """Which schedule built this kernel, as data (schedule/poly.SchedulePath)."""
+        from ..schedule.poly import schedule_path
+        return schedule_path([f for _, f in self._mod.functions_items()][0])
+
+    @property
     def schedule_summary(self) -> str:
         """The first line of explain()'s account: which schedule path built this kernel."""
         if self._report is not None:

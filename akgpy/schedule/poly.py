@@ -13,11 +13,16 @@ Contractions (MatMul/Conv2D) take the register-tiled template of plain.py ("poly
 When isl's fused search gives no answer in time, isl schedules each strongly connected component
 on its own and the passes fuse from there; when that fails too, or any step fails, the plain
 schedule runs and explain() says why. A shaped tree that fails the legality check is replaced by
-isl's own tree, also checked.
+isl's own tree, also checked. Whatever tree is generated, every parallel or vector mark in it is
+proved with isl to carry no dependence, or dropped (poly/checks.legal_marks).
+
+Which path built the kernel is data as well as text: `schedule_path(func)` reads the
+SchedulePath that the scheduled function carries as attributes.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from math import prod
 from typing import Callable
 
@@ -26,12 +31,13 @@ from tvm import ir, s_tir
 
 from ..errors import AkgpyError
 from ..poly import IllegalSchedule, compute_schedule_bounded, dependences, describe, extract
+from ..poly.checks import legal_marks
 from ..poly.explain import tree_lines
 from ..poly.isl_util import maps_of, sets_of
 from ..poly.model import statement_count
 from ..poly.scheduler import ModelTooLarge, check_size
 from ..poly.access import array_size, extents
-from ..poly.tree import VECTOR, TreeOptions, shape
+from ..poly.tree import PARALLEL, VECTOR, TreeOptions, shape
 from ..te.builders import LANE_PARTIALS
 from ..te.lower import Lowered
 from .config import ScheduleConfig, default_config
@@ -46,6 +52,36 @@ from .transpose import copy_parts
 # (poly/riders.py), comma-separated: the pipeline keeps a graph rewrite that pays only then
 # (graph/algebra.py)
 RIDERS_ATTR = "akgpy.riders"
+# which schedule built the function (SchedulePath's fields)
+PATH_ATTR, FALLBACK_ATTR, ISL_TREE_ATTR, DROPPED_ATTR = (
+    "akgpy.schedule_path", "akgpy.poly_fallback", "akgpy.isl_tree_as_is", "akgpy.dropped_marks")
+
+
+@dataclass(frozen=True)
+class SchedulePath:
+    """Which schedule built a kernel (explain()'s first line says the same in words)."""
+    path: str  # "poly/isl-ast", "poly/template" (a contraction's template) or "plain"
+    fallback: str | None = None  # why the poly schedule fell back to plain; None when it did not
+    isl_tree_as_is: str | None = None  # why the tree passes' result was not used; None when it was
+    dropped_marks: int = 0  # parallel/vector marks the legality check refused
+
+
+def schedule_path(func) -> SchedulePath:
+    """The SchedulePath a scheduled PrimFunc carries; "plain" for schedule='plain'."""
+    attrs = func.attrs or {}
+
+    def get(key):
+        return str(attrs[key]) if key in attrs else None
+    return SchedulePath(get(PATH_ATTR) or "plain", get(FALLBACK_ATTR), get(ISL_TREE_ATTR),
+                        int(attrs[DROPPED_ATTR]) if DROPPED_ATTR in attrs else 0)
+
+
+def _with_path(mod: ir.IRModule, path: SchedulePath) -> ir.IRModule:
+    func = mod["main"].with_attr(PATH_ATTR, path.path).with_attr(DROPPED_ATTR, path.dropped_marks)
+    for key, value in ((FALLBACK_ATTR, path.fallback), (ISL_TREE_ATTR, path.isl_tree_as_is)):
+        if value is not None:
+            func = func.with_attr(key, value)
+    return ir.IRModule({"main": func})
 
 
 def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s: float | None = None,
@@ -58,11 +94,12 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
 
     def fallback(reason: str):
         report.insert(0, f"schedule path: plain (poly fell back: {reason})")
-        return plain_schedule(relower() if relower else low, cfg).mod, "\n".join(report)
+        mod = plain_schedule(relower() if relower else low, cfg).mod
+        return _with_path(mod, SchedulePath("plain", fallback=reason)), "\n".join(report)
 
     if any(r == "contract" for r in low.roles.values()):
         notes: list[str] = []
-        mod = plain_schedule(low, cfg, notes).mod
+        mod = _with_path(plain_schedule(low, cfg, notes).mod, SchedulePath("poly/template"))
         return mod, "\n".join([
             "schedule path: poly/template: a contraction (MatMul/Conv2D) runs the register-tiled "
             "template (parallel tiles, epilogue blocks vectorised inside the tile loop)", *notes])
@@ -80,13 +117,19 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
         return fallback(f"polyhedral analysis failed: {type(e).__name__}: {e}")
     t1 = time.perf_counter()
     opts = _tree_options(func, model, cfg, streams=bool(stream_candidates(low, cfg)[0]), chunked=chunked, math=math)
+    as_is = None
     try:
         shaped = shape(model, deps, tree, opts)
         final, notes, passes, coalesced = shaped.schedule, shaped.notes, "akgpy passes", shaped.coalesced
     except IllegalSchedule as e:
-        final, notes, passes, coalesced = tree, [f"passes rejected by the legality check ({e}); isl's tree used as is"], "none", {}
+        as_is = f"passes rejected by the legality check ({e})"
     except Exception as e:
-        final, notes, passes, coalesced = tree, [f"passes failed ({type(e).__name__}: {e}); isl's tree used as is"], "none", {}
+        as_is = f"passes failed ({type(e).__name__}: {e})"
+    if as_is is not None:
+        final, notes, passes, coalesced = tree, [f"{as_is}; isl's tree used as is"], "none", {}
+    # the proof covers the marks as placed, whoever placed them
+    final, dropped = legal_marks(final, deps, frozenset({PARALLEL, VECTOR}))
+    notes = [*notes, *dropped]
     math_note = "float32 exp/log/tanh: vector math (polynomials)"
     if relower is not None:
         try:  # same graph, same blocks: the schedule carries over; only the math differs
@@ -113,7 +156,9 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
     t2 = time.perf_counter()
     report[:0] = [f"schedule path: poly/isl-ast: loop nest generated from the isl AST of the final schedule "
                   f"({len(model.statements)} statements; isl {1e3 * (t1 - t0):.0f} ms, passes+codegen "
-                  f"{1e3 * (t2 - t1):.0f} ms; final schedule checked against the dependences)"]
+                  f"{1e3 * (t2 - t1):.0f} ms; final schedule checked against the dependences, its parallel "
+                  f"and vector loops proved to carry none"
+                  + (f", {len(dropped)} mark(s) dropped" if dropped else "") + ")"]
     report += ["inlined before scheduling (injective, recomputed in their consumers): "
                + (", ".join(inlined) or "none"),
                "row reductions split into vector partial sums (rfactor): " + (", ".join(rfactored) or "none"),
@@ -124,7 +169,8 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
                describe(model, deps, tree).replace("== schedule tree", "== isl schedule tree (before passes)"),
                "== schedule tree (after passes)", *tree_lines(final.get_root()),
                "== isl AST", ast_text.rstrip()]
-    return ir.IRModule({"main": new_func}), "\n".join(report)
+    path = SchedulePath("poly/isl-ast", isl_tree_as_is=as_is, dropped_marks=len(dropped))
+    return _with_path(ir.IRModule({"main": new_func}), path), "\n".join(report)
 
 
 # the searches after a timeout answer within milliseconds (without shifts: 0.04-0.21 s on the

@@ -3,6 +3,8 @@ converted to numbers in vector lanes (issue 48, defect 7) and index arithmetic o
 2**31 elements or more (defect 8)."""
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 import akgpy
@@ -49,3 +51,86 @@ def test_comparison_cast_in_vector_lanes(reduce, to, schedule):
 def test_comparison_cast_of_other_inputs(in_dtype):
     g = _compare_graph("max_rows", "float32", "float32", in_dtype=in_dtype)
     assert not check_program(g, akgpy.fuse(g), seed=0)
+
+
+# -- 2**31 elements and more: int64 index arithmetic (compiled and inspected, never run: 8 GiB) --
+
+BIG_R, BIG_C = 65536, 32769  # 2**31 + 65536 elements
+
+
+def _big_graph(op: str):
+    b = GraphBuilder(f"big_{op}")
+    x = b.input("x", [BIG_R, BIG_C])
+    if op == "elementwise":
+        out = x * 2.0 + 1.0
+    elif op == "broadcast_row":
+        out = x + b.input("y", [1, BIG_C])
+    elif op == "broadcast_column":
+        out = x * b.input("y", [BIG_R, 1])
+    elif op == "reduce_rows":
+        out = b.reduce_sum(x, 1)
+    elif op == "reduce_columns":
+        out = b.reduce_sum(x, 0)
+    elif op == "max_rows":
+        out = b.reduce_max(x, 1)
+    elif op == "transpose":
+        out = x.transpose(1, 0)
+    else:  # reshape across dims: a flat offset of the whole tensor
+        out = (x + 1.0).reshape(BIG_C, BIG_R)
+    b.output(out)
+    return b.build()
+
+
+def _loop_and_index_dtypes(prog) -> set[str]:
+    import tvm_ffi
+    from tvm import tirx
+    func = [f for _, f in prog.kernels[0]._mod.functions_items()][0]
+    found = set()
+
+    def on_for(loop):
+        found.add(str(loop.loop_var.ty))
+        found.add(str(loop.extent.ty))
+
+    def on_store(st):  # a vector store's index is a vector of them: int64x16
+        found.update(str(i.ty).partition("x")[0] for i in st.indices if str(i.ty).startswith("int"))
+    tvm_ffi.structural_walk(func.body, [(tirx.For, on_for), (tirx.BufferStore, on_store)])
+    return found
+
+
+@pytest.mark.parametrize("op", ["elementwise", "broadcast_row", "broadcast_column", "reduce_rows",
+                                "reduce_columns", "max_rows", "transpose", "reshape"])
+def test_big_tensor_indices_are_int64(op):
+    """"Literal value 2147483648 exceeds range of int32" (or, for a transpose, int32 offsets that
+    wrap): every loop, extent and store index of the poly kernel is int64."""
+    prog = akgpy.fuse(_big_graph(op))
+    assert prog.kernels[0].schedule_path.path == "poly/isl-ast"
+    assert _loop_and_index_dtypes(prog) == {"int64"}
+
+
+@pytest.mark.parametrize("op", ["elementwise", "transpose", "reshape"])
+def test_big_tensor_indices_are_int64_plain(op):
+    assert _loop_and_index_dtypes(akgpy.fuse(_big_graph(op), schedule="plain")) == {"int64"}
+
+
+def _mixed_graph():
+    b = GraphBuilder("mixed")
+    x, y = b.input("x", [48, 96]), b.input("y", [1, 96])
+    t = (x + y).transpose(1, 0)
+    b.output(b.reduce_sum(t, 1), t.reshape(48, 96) * 0.5, b.reduce_max(x, 0))
+    return b.build()
+
+
+@pytest.mark.parametrize("schedule", ["poly", "plain"])
+def test_small_tensors_keep_int32_indices(schedule):
+    assert _loop_and_index_dtypes(akgpy.fuse(_mixed_graph(), schedule=schedule)) == {"int32"}
+
+
+@pytest.mark.parametrize("schedule", ["poly", "plain"])
+def test_int64_indices_compute_the_same(schedule, monkeypatch):
+    """The int64 lowering, forced on a graph small enough to run, matches the reference."""
+    lower = importlib.import_module("akgpy.te.lower")  # the module; akgpy.te.lower is also its function
+    monkeypatch.setattr(lower, "index_dtype", lambda shapes: "int64")
+    g = _mixed_graph()
+    prog = akgpy.fuse(g, schedule=schedule)
+    assert _loop_and_index_dtypes(prog) == {"int64"}
+    assert not check_program(g, prog, seed=0)

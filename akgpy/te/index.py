@@ -14,6 +14,22 @@ from ..errors import ShapeError
 from ..graph.ir import NZ, Tensor
 from ..ops.registry import broadcast_shapes, squeeze
 
+# a tensor with this many elements has flat offsets (and coalesced loop extents) past int32
+INT64_ELEMENTS = 2 ** 31
+
+
+def index_dtype(shapes) -> str:
+    """The dtype of every index, loop variable and extent of a kernel whose tensors have
+    `shapes`: int64 when one has 2**31 elements or more, else int32 (narrower vector indices,
+    and the dtype TVM's passes expect)."""
+    return "int64" if any(prod(s) >= INT64_ELEMENTS for s in shapes) else "int32"
+
+
+def extents(shape: Sequence[int], dtype: str) -> tuple:
+    """`shape` as TE extents of `dtype`: TE's compute then gives its iterators that dtype, and
+    every index built from them (a reshape's flat offset) is computed in it."""
+    return tuple(tirx.IntImm(dtype, int(s)) for s in shape) if dtype == "int64" else tuple(shape)
+
 
 def reshape_index(src: Sequence[int], dst: Sequence[int], idx: Sequence) -> list:
     """Index into a row-major `src` of the element at `idx` of its reshape `dst`."""
@@ -28,8 +44,11 @@ def reshape_index(src: Sequence[int], dst: Sequence[int], idx: Sequence) -> list
     for s in reversed(src):
         strides.append(stride)
         stride *= s
-    for s, st in zip(src, reversed(strides)):
-        out.append(0 if s == 1 else tirx.floormod(tirx.floordiv(flat, st), s) if st > 1 else tirx.floormod(flat, s))
+    for d, (s, st) in enumerate(zip(src, reversed(strides))):
+        digit = tirx.floordiv(flat, st) if st > 1 else flat
+        # the leading digit needs no mod (flat < prod(src)); TVM folds that mod into one by
+        # prod(src), a literal past int32 for 2**31 elements
+        out.append(0 if s == 1 else digit if d == 0 else tirx.floormod(digit, s))
     return out
 
 

@@ -24,7 +24,7 @@ from ..graph.ir import Graph, Op, Tensor
 from ..graph.ranges import value_ranges
 from ..ops.registry import uses_logical_broadcast
 from .abi import param_align, with_alignment
-from .index import operand_index
+from .index import extents, index_dtype, operand_index
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,7 @@ class Lowerer:
         self.placeholders: dict[str, Any] = {}
         self.roles: dict[str, str] = {}
         self.index = 0
+        self.index_dtype = index_dtype(storage(t)[0] for t in g.tensors.values())
         self._ranges = None
 
     # -- helpers used by builders ------------------------------------------------------------
@@ -114,7 +115,7 @@ class Lowerer:
             return Operand(t)
         if name not in self.placeholders:
             shape, dt = storage(t)
-            self.placeholders[name] = te.placeholder(shape, dt, name=ident(name))
+            self.placeholders[name] = te.placeholder(extents(shape, self.index_dtype), dt, name=ident(name))
         op = Operand(t, self.placeholders[name])
         self.env[name] = op
         return op
@@ -122,7 +123,7 @@ class Lowerer:
     def compute(self, shape, fcompute: Callable, role: str = "elemwise", suffix: str = ""):
         name = f"{self._opname}_{self.index}{suffix}"
         self.roles[name] = role
-        return te.compute(tuple(shape), fcompute, name=name)
+        return te.compute(extents(shape, self.index_dtype), fcompute, name=name)
 
     # -- driver ----------------------------------------------------------------------------------
     def run(self) -> Lowered:
@@ -180,7 +181,9 @@ class Lowerer:
         in_params = [Param("input", n, shape, dt, param_align("input", np.dtype(dt).itemsize))
                      for n, _ in inputs for shape, dt in [storage(g.tensors[n])]]
         try:
-            func = te.create_prim_func([p for _, p in inputs] + out_tensors)
+            # int64 throughout where a tensor needs it: the builders' reduce axes are int32
+            func = te.create_prim_func([p for _, p in inputs] + out_tensors,
+                                       index_dtype_override="int64" if self.index_dtype == "int64" else None)
         except RuntimeError as e:
             raise CompileError(f"create_prim_func failed for {g.name}: {e}") from None
         func = with_alignment(func, [p.align for p in in_params + params])

@@ -9,6 +9,7 @@ import pytest
 
 import akgpy
 from akgpy import GraphBuilder
+from akgpy.errors import CompileError
 from akgpy.testing import check_program
 
 
@@ -45,6 +46,15 @@ def test_comparison_cast_in_vector_lanes(reduce, to, schedule):
     g = _compare_graph(reduce, "float32", to)
     prog = akgpy.fuse(g, schedule=schedule)
     assert not check_program(g, prog, seed=0)
+
+
+def test_a_tvm_failure_in_code_generation_is_a_compile_error(monkeypatch):
+    """TVM raised the check above as a bare ValueError from llvm.build; without the rewrite it
+    is an akgpy CompileError naming the failed check."""
+    tir_pipeline = importlib.import_module("akgpy.targets.tir_pipeline")
+    monkeypatch.setattr(tir_pipeline, "bool_casts", lambda f: f)
+    with pytest.raises(CompileError, match="LLVM code generation failed: ValueError: .*IntImm"):
+        akgpy.fuse(_compare_graph("max_rows", "float32", "float32"))
 
 
 @pytest.mark.parametrize("in_dtype", ["float16", "int32"])

@@ -154,8 +154,8 @@ def build(mod, target):
                         for gv, f in mod.functions_items()}, attrs=mod.attrs)
     try:
         return _compile(mod, tgt, pipeline)
-    except RuntimeError as e:
-        raise CompileError(f"LLVM code generation failed: {str(e).strip().splitlines()[-1]}") from None
+    except (RuntimeError, ValueError, TypeError) as e:  # TVM's failed checks, whatever their Python type
+        raise CompileError(f"LLVM code generation failed: {type(e).__name__}: {str(e).strip().splitlines()[-1]}") from None
 
 
 def _compile(mod, tgt, pipeline):

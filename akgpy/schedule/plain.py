@@ -151,27 +151,96 @@ def bounded_inlining(blocks: list, candidates: set[str]) -> set[str]:
     return {b.name_hint for b in blocks if b.writes and b.writes[0].source.__chandle__() in inlined}
 
 
-def inline_injective(sch, low: Lowered, keep=frozenset()) -> list[str]:
-    """Inline every elementwise block (except those in `keep`, those writing a parameter, and
-    those `bounded_inlining` keeps) into its consumers; the names of the blocks left, in order."""
-    blocks = [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
+def inline_injective(low: Lowered, keep=frozenset()):
+    """(a Schedule of low.func with every elementwise block, except those in `keep`, those
+    writing a parameter and those `bounded_inlining` keeps, inlined into its consumers, the
+    names of the blocks left in order)."""
+    root = low.func.body.block
+    nests = list(root.body.seq) if isinstance(root.body, tirx.SeqStmt) else [root.body]
+    blocks = [_nest_block(n) for n in nests]
     params = {p.name for p in low.func.params}  # kernel arguments: their handles bear the buffers' names
-    # an output block cannot be inlined, and TVM's refusal renders the whole function: quadratic
-    # in the number of outputs (400 of them took 45 s)
+    # an output block cannot be inlined (it writes an argument)
     candidates = {b.name_hint for b in blocks if low.roles.get(b.name_hint) == "elemwise" and b.name_hint not in keep
                   and not any(w.source.name in params for w in b.writes)}
     chosen = bounded_inlining(blocks, candidates)
-    left = []
-    for blk in blocks:
-        name = blk.name_hint
-        try:
-            if name in chosen:
-                sch.compute_inline(sch.get_sblock(name))
-                continue
-        except s_tir.ScheduleError:  # it stays, scheduled on its own
-            pass
-        left.append(name)
-    return left
+    sch = s_tir.Schedule(low.func)
+    if chosen:
+        # one replacement of the root block: the Let variables of an expression inlined twice are
+        # then the same objects in both places, as compute_inline leaves them (a new Schedule of
+        # such a function would be refused as ill-formed)
+        root, reuse = _inlined_root(low.func, nests, blocks, chosen)
+        sch.state.replace(sch.get_sref(sch.get_sblock("root")), root, reuse)
+    return sch, [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
+
+
+def root_blocks(func) -> list:
+    """The blocks of create_prim_func's function, in order (one per loop nest under the root)."""
+    body = func.body.block.body
+    return [_nest_block(n) for n in (body.seq if isinstance(body, tirx.SeqStmt) else [body])]
+
+
+def _nest_block(nest):
+    """The block of one of create_prim_func's loop nests (loops around one block realize)."""
+    while isinstance(nest, tirx.For):
+        nest = nest.body
+    return nest.block
+
+
+# TVM's compute_inline rewrites the whole scope per call: inlining n blocks one call at a time
+# is quadratic (3,000 Negs took 113 s). The same substitution for all of them in one pass:
+# each consumer's loads of an inlined buffer become that block's stored value, itself already
+# substituted, at the load's indices; read regions are inferred again, as compute_inline does.
+def _inlined_root(func, nests, blocks, chosen: set[str]):
+    """(the root block with the chosen blocks inlined, {old block: new block} of the consumers)."""
+    values: dict[int, tuple] = {}  # buffer handle -> (store's index vars by handle, value)
+
+    def load(ld):
+        hit = values.get(ld.source.__chandle__())
+        if hit is None:
+            return ld
+        index_vars, value = hit
+        at = dict(zip(index_vars, ld.indices))
+        return tvm_ffi.structural_map(value, [(ir.expr.Var, lambda v: at.get(v.__chandle__(), v))])
+
+    root = func.body.block
+
+    def substituted(blk):
+        body = tvm_ffi.structural_map(blk.body, [(ir.TensorLoad, load)])
+        new = s_tir.SBlock(blk.iter_vars, blk.reads, blk.writes, blk.name_hint, body, blk.init,
+                           blk.alloc_buffers, blk.match_buffers, blk.annotations)
+        # the buffers this block accesses, not all the function's: the map is copied per call
+        accessed = [r.source for r in blk.writes]
+        tvm_ffi.structural_walk(body, [(ir.TensorLoad, lambda ld: accessed.append(ld.source))])
+        reads, writes = s_tir.analysis.get_sblock_read_write_region(new, {b: b for b in accessed})
+        return s_tir.SBlock(blk.iter_vars, reads, writes, blk.name_hint, body, blk.init,
+                            blk.alloc_buffers, blk.match_buffers, blk.annotations)
+
+    kept, gone, reuse = [], set(), {}
+    for nest, blk in zip(nests, blocks):
+        new = substituted(blk) if any(r.source.__chandle__() in values for r in blk.reads) else blk
+        if blk.name_hint in chosen and _inlinable(new):
+            store = new.body
+            values[store.buffer.__chandle__()] = ([i.__chandle__() for i in store.indices], store.value)
+            gone.add(store.buffer.__chandle__())
+            continue
+        if not new.same_as(blk):
+            reuse[blk] = new
+            nest = tvm_ffi.structural_map(nest, [(s_tir.SBlock, lambda b, old=blk, new=new: new if b.same_as(old) else b)])
+        kept.append(nest)
+    allocs = [b for b in root.alloc_buffers if b.__chandle__() not in gone]
+    body = kept[0] if len(kept) == 1 else tirx.SeqStmt(kept)
+    return s_tir.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint, body, root.init,
+                        allocs, root.match_buffers, root.annotations), reuse
+
+
+def _inlinable(blk) -> bool:
+    """compute_inline's conditions on the producer: one store, at its distinct iter vars, no init."""
+    store = blk.body
+    if blk.init is not None or not isinstance(store, tirx.BufferStore):
+        return False
+    own = {iv.var.__chandle__() for iv in blk.iter_vars}
+    idx = [i.__chandle__() if isinstance(i, ir.expr.Var) else None for i in store.indices]
+    return None not in idx and len(set(idx)) == len(idx) and set(idx) <= own
 
 
 def _spatial(sch, block, cfg: ScheduleConfig) -> None:
@@ -490,9 +559,9 @@ def _contraction(sch, block, cfg: ScheduleConfig, notes: list | None = None, rol
 def plain_schedule(low: Lowered, cfg: ScheduleConfig | None = None, notes: list | None = None):
     """The schedule; `notes`, when given, receives a line per contraction naming its tile."""
     cfg = cfg or default_config()
-    sch = s_tir.Schedule(low.func)
     tiles = {}  # contraction output buffer -> its parallel tile loop (epilogues go under it)
-    for name in inline_injective(sch, low):
+    sch, left = inline_injective(low)
+    for name in left:
         b = sch.get_sblock(name)
         role = low.roles.get(name, "elemwise")
         if role == "widen":

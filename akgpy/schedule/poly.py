@@ -43,7 +43,7 @@ from ..te.lower import Lowered
 from .config import ScheduleConfig, default_config
 from .isl_ast import realize
 from .kept import WIDE_MATH_INSTANCES, blocks_of, kept_blocks, math_sources, roundings
-from .plain import inline_injective, plain_schedule, tvm_dtype_bits
+from .plain import inline_injective, plain_schedule, root_blocks, tvm_dtype_bits
 from .prepass import chunk_column_sums, rfactor_rows, uses_vector_math, wide_partials
 from .stream import LATENCY_ATTR, stream_candidates
 from .transpose import copy_parts
@@ -235,9 +235,8 @@ def _prepass(low: Lowered, cfg: ScheduleConfig):
     """(func after inlining and row rfactor, inlined block names, rfactored block names, the
     chunked column sums: partials block -> producer block, {block: the inlined vector-math
     blocks it evaluates} (kept.math_sources; an rfactored block's partials evaluate its))."""
-    sch = s_tir.Schedule(low.func)
-    before = _block_names(sch)
-    left = inline_injective(sch, low, keep=kept_blocks(low.func, low.roles, max(cfg.vector_bytes // 4, 1)))
+    before = [b.name_hint for b in root_blocks(low.func)]
+    sch, left = inline_injective(low, keep=kept_blocks(low.func, low.roles, max(cfg.vector_bytes // 4, 1)))
     inlined = [n for n in before if n not in set(left)]
     math = math_sources(low.func, set(inlined)) if cfg.share_math else {}
     rfactored = rfactor_rows(sch, left, low.roles, cfg)

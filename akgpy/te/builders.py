@@ -244,19 +244,37 @@ def _select(c, x, y):
     return tirx.Select(c if dt(c) == "bool" else _nonzero(c), x, y)
 
 
+# An AddN's fold is one block per this many terms, each adding its terms to the previous
+# block's sum: the inlining bound (schedule/plain.py) then sees blocks of one op's size, and no
+# expression is 65,536 terms deep (the op table allows that many; 400 overflowed the stack)
+ADDN_BLOCK_TERMS = 32
+
+
 def addn(lw, op, ins, out):
-    """Left fold in the output dtype: every partial sum is rounded, as topi's elemwise_sum does."""
+    """Left fold in the output dtype: every partial sum is rounded, as topi's elemwise_sum does;
+    in blocks of ADDN_BLOCK_TERMS terms, the same fold in the same order."""
     _real_only(op, ins)
     lg = logical(ins, out)
     fenced = _fenced_operands(lw, op, ["term"] * len(ins))
+    terms = list(zip(ins, fenced))
 
-    def f(*i):
-        vals = [fence(o.value(out, i, lg)) if k else o.value(out, i, lg) for o, k in zip(ins, fenced)]
-        acc = _to(vals[0], out.dtype)
-        for v in vals[1:]:
-            acc = _to(acc.astype(compute_dtype(out.dtype)) + v, out.dtype)
-        return acc
-    return lw.compute(out.shape, f)
+    def value(o, k, i):
+        return fence(o.value(out, i, lg)) if k else o.value(out, i, lg)
+
+    def block(start: int, partial):
+        def f(*i):
+            acc = _to(value(*terms[0], i), out.dtype) if partial is None else partial(*i)
+            for o, k in terms[max(start, 1):start + ADDN_BLOCK_TERMS]:
+                acc = _to(acc.astype(compute_dtype(out.dtype)) + value(o, k, i), out.dtype)
+            return acc
+        return f
+
+    starts = range(0, len(terms), ADDN_BLOCK_TERMS)
+    partial = None
+    for n, start in enumerate(starts):
+        last = start == starts[-1]
+        partial = lw.compute(out.shape, block(start, partial), suffix="" if last else f"_part{n}")
+    return partial
 
 
 def cast(lw, op, ins, out):

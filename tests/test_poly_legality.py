@@ -27,15 +27,18 @@ def _reduction(ctx):
     return domain, Deps(raw=raw, war=none, waw=none, live_in=none, validity=raw, rar=none)
 
 
-def _tree(ctx, domain, row_mark=None, k_mark=None):
-    """band i [mark] -> sequence(S: band k [mark], T)."""
+def _tree(ctx, domain, row_mark=None, k_mark=None, sequence_mark=None):
+    """band i [mark] -> [mark] sequence(S: band k [mark], T)."""
     node = isl.Schedule.from_domain(domain).get_root().child(0)
     node = node.insert_partial_schedule(isl.MultiUnionPwAff.read_from_str(ctx, "[{ S[i, k] -> [(i)]; T[i] -> [(i)] }]"))
     if row_mark:
         node = node.insert_mark(isl.Id(row_mark, context=ctx)).child(0)
     parts = isl.UnionSetList.alloc(ctx, 2).add(isl.UnionSet("{ S[i, k] }", context=ctx)) \
         .add(isl.UnionSet("{ T[i] }", context=ctx))
-    node = node.child(0).insert_sequence(parts).child(0).child(0)
+    node = node.child(0)
+    if sequence_mark:
+        node = node.insert_mark(isl.Id(sequence_mark, context=ctx)).child(0)
+    node = node.insert_sequence(parts).child(0).child(0)
     node = node.insert_partial_schedule(isl.MultiUnionPwAff.read_from_str(ctx, "[{ S[i, k] -> [(k)] }]"))
     if k_mark:
         node = node.insert_mark(isl.Id(k_mark, context=ctx)).child(0)
@@ -73,6 +76,14 @@ def test_mark_on_a_loop_whose_dependences_an_outer_loop_carries_is_kept():
     assert (_marks(checked), notes) == ([PARALLEL], [])
     band = checked.get_root().child(0).child(0)
     assert band.get_type() == isl.schedule_node_type.band and carried(band, deps).is_empty()
+
+
+def test_mark_above_a_sequence_is_judged_by_the_first_loop_below_it():
+    """Code generation marks the first loop under a mark: here S's loop over k."""
+    ctx = isl.Context()
+    domain, deps = _reduction(ctx)
+    checked, notes = legal_marks(_tree(ctx, domain, sequence_mark=VECTOR), deps, LOOP_MARKS)
+    assert _marks(checked) == [] and len(notes) == 1
 
 
 def test_other_marks_are_not_judged():

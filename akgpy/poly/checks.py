@@ -76,8 +76,8 @@ def carried(band: isl.ScheduleNode, deps: Deps) -> isl.UnionMap:
 
 def legal_marks(schedule: isl.Schedule, deps: Deps, names: frozenset[str]) -> tuple[isl.Schedule, list[str]]:
     """`schedule` with every mark in `names` whose loop carries a dependence removed, and a note
-    for each naming one carried pair. A mark's loop is the first member of the band below it
-    (tree.py gives each marked member a band of its own)."""
+    for each naming one carried pair. A mark's loop is the first member of the first band below
+    it (tree.py puts each mark right above a band of its own)."""
     notes: list[str] = []
 
     def visit(node: isl.ScheduleNode) -> isl.ScheduleNode:
@@ -97,12 +97,15 @@ def legal_marks(schedule: isl.Schedule, deps: Deps, names: frozenset[str]) -> tu
 
 
 def _band_below(node: isl.ScheduleNode) -> isl.ScheduleNode | None:
-    """The first band on the single-child path from `node`: the loop a mark applies to."""
-    while node.get_type() != isl.schedule_node_type.band:
-        if node.n_children() != 1:
-            return None
-        node = node.child(0)
-    return node
+    """The first band below `node` in tree order: the loop a mark applies to, as code generation
+    reads it (schedule/isl_ast.py marks the first loop it meets under the mark)."""
+    if node.get_type() == isl.schedule_node_type.band:
+        return node
+    for c in range(node.n_children()):
+        band = _band_below(node.child(c))
+        if band is not None:
+            return band
+    return None
 
 
 def _named(bad: isl.UnionMap, deps: Deps) -> str:

@@ -144,3 +144,18 @@ def test_int64_indices_compute_the_same(schedule, monkeypatch):
     prog = akgpy.fuse(g, schedule=schedule)
     assert _loop_and_index_dtypes(prog) == {"int64"}
     assert not check_program(g, prog, seed=0)
+
+
+@pytest.mark.parametrize("producer", ["add", "exp", "compare"])
+def test_row_reduction_of_an_inlined_producer_is_rfactored(producer):
+    """Inlining in one root replacement left the scope's stage-pipeline flag unset, and TVM's
+    rfactor refused every row reduction with an inlined producer: scalar chains again."""
+    b = GraphBuilder(f"rf_{producer}")
+    x, y = b.input("x", [64, 256]), b.input("y", [64, 256])
+    v = {"add": lambda: x + y, "exp": lambda: b.op("Exp", [x + y], [64, 256], "float32") * 2.0,
+         "compare": lambda: (x > y).astype("float32")}[producer]()
+    b.output(b.reduce_max(v, 1))
+    g = b.build()
+    prog = akgpy.fuse(g)
+    assert "row reductions split into vector partial sums (rfactor): ReduceMax" in prog.explain()
+    assert not check_program(g, prog, seed=0)

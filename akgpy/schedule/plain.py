@@ -95,6 +95,10 @@ def vectorize_innermost(sch, block, cfg: ScheduleConfig) -> list:
 # expression would be deeper or larger than this stays a statement, its consumers load it.
 INLINE_MAX_DEPTH = 256
 INLINE_MAX_NODES = 16384
+# A block read in k places is copied k times when inlined: in a DAG of shared values the copies
+# multiply (a random 10,000-op graph inlined to ~8 million nodes, 380 s of LLVM). The copies
+# beyond the first, summed over the function, stay under the function's own size or this.
+INLINE_MAX_COPIED_NODES = 16384
 
 
 @dataclass
@@ -128,11 +132,17 @@ def bounded_inlining(blocks: list, candidates: set[str]) -> set[str]:
     expression, with its inlined producers substituted, is deeper than INLINE_MAX_DEPTH or has
     more than INLINE_MAX_NODES nodes. `blocks`: the SBlocks in program order. Greedy in that
     order: where a block's expression would exceed a bound, its largest inlined producers stay
-    statements until it fits (a block alone, one op, always fits)."""
+    statements until it fits (a block alone, one op, always fits); and a block read in several
+    places stays one where its copies would take the function past its copy budget."""
     measured: dict[int, tuple[int, int]] = {}  # buffer of an inlined block -> (depth, nodes)
     inlined = set()
-    for blk in blocks:
-        own = _measure(blk.body)
+    owns = [_measure(blk.body) for blk in blocks]
+    uses: dict[int, int] = {}
+    for own in owns:
+        for buf, _ in own.loads:
+            uses[buf] = uses.get(buf, 0) + 1
+    budget = max(INLINE_MAX_COPIED_NODES, sum(own.nodes for own in owns))
+    for blk, own in zip(blocks, owns):
         while True:
             depth, nodes = own.depth, own.nodes
             for buf, at in own.loads:
@@ -146,6 +156,10 @@ def bounded_inlining(blocks: list, candidates: set[str]) -> set[str]:
             inlined.discard(deepest)
         if blk.name_hint in candidates and blk.writes:
             buf = blk.writes[0].source.__chandle__()
+            copied = (uses.get(buf, 0) - 1) * nodes
+            if copied > budget:
+                continue
+            budget -= max(copied, 0)
             measured[buf] = (depth, nodes)
             inlined.add(buf)
     return {b.name_hint for b in blocks if b.writes and b.writes[0].source.__chandle__() in inlined}
@@ -170,6 +184,10 @@ def inline_injective(low: Lowered, keep=frozenset()):
         # such a function would be refused as ill-formed)
         root, reuse = _inlined_root(low.func, nests, blocks, chosen)
         sch.state.replace(sch.get_sref(sch.get_sblock("root")), root, reuse)
+        # replace() leaves the root scope's flags (stage pipeline, region cover) unset, and
+        # rfactor refuses such a scope: a Schedule built anew computes them, after ConvertSSA
+        # gives each copy of an inlined Let its own variable
+        sch = s_tir.Schedule(tirx.transform.ConvertSSA()(sch.mod))
     return sch, [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
 
 

@@ -6,6 +6,7 @@ onnxruntime).
 
     python -m bench.fuzz [--cases N] [--seed S] [--out DIR] [--resume] [--only GEN,...] [--timeout 60]
     python -m bench.fuzz --case SEED:INDEX      # one case, in this process, with its traceback
+    python -m bench.fuzz --seed S --indices 89,140 --out DIR   # rerun some cases, forked
 
 Each case runs in a child forked from a server that imported akgpy, tvm and onnxruntime once; a
 signal is a crash, no answer within --timeout seconds a hang. Results: DIR/results.jsonl (one row

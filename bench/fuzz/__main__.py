@@ -35,6 +35,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("bench/results/fuzz/run"))
     ap.add_argument("--resume", action="store_true", help="keep DIR/results.jsonl and skip its cases")
     ap.add_argument("--only", default=None, help="comma-separated generator names")
+    ap.add_argument("--indices", default=None, help="comma-separated case indices (rerun these only)")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds before a case counts as a hang")
     ap.add_argument("--case", default=None, help="SEED:INDEX: run one case here, no fork, and print it")
     ap.add_argument("--list", action="store_true", help="list the generators")
@@ -55,8 +56,8 @@ def main(argv=None) -> int:
     unknown = (only or set()) - {g.name for g in GENERATORS}
     if unknown:
         ap.error(f"unknown generators {sorted(unknown)}; --list shows them")
-    rows = runner.campaign(list(indices(a.start, a.cases, only)), a.seed, a.out, resume=a.resume,
-                           timeout=a.timeout)
+    todo = [int(i) for i in a.indices.split(",")] if a.indices else list(indices(a.start, a.cases, only))
+    rows = runner.campaign(todo, a.seed, a.out, resume=a.resume, timeout=a.timeout)
     print(runner.summary(rows.values()))
     return 1 if any(r["class"] in runner.DEFECTS for r in rows.values()) else 0
 

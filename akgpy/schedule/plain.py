@@ -179,9 +179,8 @@ def inline_injective(low: Lowered, keep=frozenset()):
     chosen = bounded_inlining(blocks, candidates)
     sch = s_tir.Schedule(low.func)
     if chosen:
-        # one replacement of the root block: the Let variables of an expression inlined twice are
-        # then the same objects in both places, as compute_inline leaves them (a new Schedule of
-        # such a function would be refused as ill-formed)
+        # one replacement of the root block, as compute_inline makes: a new Schedule would verify
+        # the function, and an expression with Lets (te/fastmath.py) inlined twice defines them twice
         root, reuse = _inlined_root(low.func, nests, blocks, chosen)
         sch.state.replace(sch.get_sref(sch.get_sblock("root")), root, reuse)
         # replace() leaves the root scope's flags (stage pipeline, region cover) unset, and

@@ -226,13 +226,6 @@ class Kernel:
         return schedule_path([f for _, f in self._mod.functions_items()][0])
 
     @property
-    def schedule_summary(self) -> str:
-        """The first line of explain()'s account: which schedule path built this kernel."""
-        if self._report is not None:
-            return self._report.partition("\n")[0]
-        return "schedule path: plain"
-
-    @property
     def tir(self) -> str:
         """The scheduled loop nest as TVMScript."""
         return self._mod.script()
@@ -437,7 +430,11 @@ class Program:
         arguments went to the kernel as they were and which were copied, and why."""
         lines = [repr(self)]
         for k in self.kernels:
-            lines.append(f"kernel {k.name}: {k.schedule_summary}")
+            sp = k.schedule_path
+            why = [f"fell back: {sp.fallback}"] if sp.fallback else []
+            why += [f"isl's tree as is: {sp.isl_tree_as_is}"] if sp.isl_tree_as_is else []
+            why += [f"{sp.dropped_marks} parallel/vector mark(s) dropped"] if sp.dropped_marks else []
+            lines.append(f"kernel {k.name}: schedule {sp.path}" + (f" ({'; '.join(why)})" if why else ""))
             for p in k.params:
                 need = ("allocated by akgpy, 64-byte aligned" if p.kind == "output"
                         else f"passed in place when C-contiguous and writable ({p.align}-byte aligned, as numpy aligns {p.dtype})")

@@ -376,3 +376,55 @@ def test_model_without_kernels_refuses_a_foreign_target():
     for target in ("cuda", {"kind": "cuda"}):
         with pytest.raises(CompileError, match="target"):
             akgpy.fuse(g, target=target, contraction="library")
+
+
+@pytest.mark.parametrize("dtype,value", [("int32", 1.5), ("int32", 2 ** 40), ("uint8", -1), ("int8", 128),
+                                         ("bool", 2), ("int32", "1")])
+def test_constant_must_be_a_value_of_its_dtype(dtype, value):
+    """int32 + 2**40 failed in TE construction (a CompileError for a graph that validated); int32
+    + 1.5 was silently read as + 1."""
+    b = GraphBuilder()
+    x = b.input("x", (2, 3), dtype)
+    with pytest.raises(ShapeError) as e:
+        b.output(x + value)
+        b.build()
+    assert e.value.op is None or e.value.op.startswith("Add")
+
+
+def test_composite_constant_must_be_a_value_of_its_dtype():
+    doc = _corpus_doc("networks/alexnet/Fused_AssignAdd_11514799015909298180.info")  # int32 Add
+    desc = doc["op_desc"][0]["input_desc"][1][0]
+    desc["value"] = 0.5
+    with pytest.raises(ShapeError, match="not representable as int32") as e:
+        akgpy.load_composite(doc)
+    assert e.value.op.startswith("Add") and e.value.tensor.startswith(desc["tensor_name"])
+
+
+def test_integral_constants_and_numpy_dtypes_are_accepted():
+    b = GraphBuilder()
+    x = b.input("x", (2, 3), np.int32)
+    y = b.input("y", (2, 3), np.dtype("float16"))
+    b.output(x + 2.0, (x + np.int64(-3)).astype(np.float32), y * 2)
+    g = b.build()
+    a = np.arange(6, dtype=np.int32).reshape(2, 3)
+    h = np.ones((2, 3), np.float16)
+    got = akgpy.reference.run(g, [a, h])
+    np.testing.assert_array_equal(got[0], a + 2)
+    assert got[1].dtype == np.float32 and got[2].dtype == np.float16
+
+
+def test_graph_name_must_be_a_string():
+    b = GraphBuilder(123)
+    x = b.input("x", (2, 3))
+    b.output(x + 1.0)
+    with pytest.raises(FormatError, match="name"):
+        b.build()
+
+
+def test_onnx_name_that_is_not_utf8_is_a_format_error():
+    """protobuf returns such a string field as bytes: a byte flip made a name an iterable of ints."""
+    m = _model([helper.make_node("Relu", ["x"], ["yQ"]), helper.make_node("Neg", ["yQ"], ["z"])],
+               [_vi("x", [2, 3])], [_vi("z", None)])
+    data = m.SerializeToString().replace(b"yQ", b"y\xff")
+    with pytest.raises(FormatError, match="UTF-8"):
+        akgpy.from_onnx(data)

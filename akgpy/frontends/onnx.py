@@ -75,7 +75,21 @@ def _load(model: Any, onnx):
         raise FormatError(f"not a valid ONNX model: {type(e).__name__}: {str(e)[:200]}") from None
     if not proto.graph.node and not proto.graph.output:
         raise FormatError("not a valid ONNX model: the graph has no nodes and no outputs")
+    _check_names(proto.graph)
     return proto
+
+
+def _check_names(g) -> None:
+    """protobuf hands a string field that is not UTF-8 over as bytes: such a name is malformed."""
+    infos = [*g.input, *g.output, *g.value_info, *g.initializer]
+    for n in g.node:
+        for name in (n.name, n.op_type, n.domain, *n.input, *n.output):
+            if not isinstance(name, str):
+                raise FormatError(f"not a valid ONNX model: node name, op type or tensor name {name!r:.60} "
+                                  f"is not UTF-8")
+    for vi in infos:
+        if not isinstance(vi.name, str):
+            raise FormatError(f"not a valid ONNX model: tensor name {vi.name!r:.60} is not UTF-8")
 
 
 class _Importer:

@@ -80,6 +80,18 @@ def _reshape_dims(size: int, spec: Any, *, tensor: str) -> list[int]:
     return dims
 
 
+def _dtype_name(dtype: Any) -> Any:
+    """A dtype as the format spells it: np.float32 and np.dtype("float16") are read as numpy reads
+    them; a string, or anything numpy cannot read, is left for the validator to check."""
+    if isinstance(dtype, str):
+        return dtype
+    from .. import dtypes
+    try:
+        return dtypes.from_numpy(np.dtype(dtype))
+    except (TypeError, AkgpyError):
+        return dtype
+
+
 def _need_value(x: Any, op: str) -> None:
     if not isinstance(x, Value):
         raise ShapeError(f"expected a Value of this builder, got {type(x).__name__} {x!r:.40}", op=op)
@@ -177,7 +189,7 @@ class GraphBuilder:
         for v in inputs:
             _need_value(v, name)
         out = self._fresh(name.lower())
-        self._tensors[out] = Tensor(out, _dims(shape, tensor=out), dtype, fmt)
+        self._tensors[out] = Tensor(out, _dims(shape, tensor=out), _dtype_name(dtype), fmt)
         self._ops.append(Op(name, tuple(v.name for v in inputs), (out,),
                             {k: tuple(v) if isinstance(v, list) else v for k, v in attrs.items()}))
         return Value(self, out)
@@ -201,7 +213,7 @@ class GraphBuilder:
             raise ShapeError(f"an input name must be a non-empty string, got {name!r:.40}")
         if name in self._tensors:
             raise ShapeError("input name used twice", tensor=name)
-        self._tensors[name] = Tensor(name, _dims(shape, tensor=name), dtype, fmt)
+        self._tensors[name] = Tensor(name, _dims(shape, tensor=name), _dtype_name(dtype), fmt)
         self._inputs.append(name)
         return Value(self, name)
 
@@ -245,6 +257,7 @@ class GraphBuilder:
 
     def cast(self, x: Value, dtype: str) -> Value:
         _need_value(x, "Cast")
+        dtype = _dtype_name(dtype)
         return self.op("Cast", [x], x.shape, dtype, dst_type=dtype)
 
     def select(self, cond: Value, a: Any, b: Any) -> Value:
@@ -263,7 +276,7 @@ class GraphBuilder:
         return self.op("AddN", list(xs), xs[0].shape, xs[0].dtype, n=len(xs))
 
     def broadcast_to(self, x: Any, shape: Sequence[int], dtype: str = "float32") -> Value:
-        x = x if isinstance(x, Value) else self._const(x, dtype)
+        x = x if isinstance(x, Value) else self._const(x, _dtype_name(dtype))
         with _for_op("BroadcastTo", x.name):
             shape = list(_dims(shape, tensor=x.name))
         return self.op("BroadcastTo", [x], shape, x.dtype, shape=shape)
@@ -309,7 +322,7 @@ class GraphBuilder:
         attrs = {"transpose_a": bool(transpose_a), "transpose_b": bool(transpose_b)}
         with _for_op("MatMul", b.name):
             batch, m, _, n = matmul_dims(Op("MatMul", (a.name, b.name), (), attrs), a.tensor, b.tensor)
-        dst = dst_type or a.dtype
+        dst = _dtype_name(dst_type) if dst_type is not None else a.dtype
         return self.op("MatMul", ins, [*batch, m, n], dst, **attrs, dst_type=dst)
 
     def inplace_assign(self, target: Value, value: Value, passthrough: Value | None = None,

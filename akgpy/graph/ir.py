@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
+
 from .. import dtypes
-from ..errors import ShapeError
+from ..errors import FormatError, ShapeError
 
 NZ = "FRACTAL_NZ"
 
@@ -65,6 +67,23 @@ class Op:
     def label(self, index: int | None = None) -> str:
         out = self.outputs[0] if self.outputs else "?"
         return f"{self.name}#{index}->{out}" if index is not None else f"{self.name}->{out}"
+
+
+def _check_constant(t: Tensor, op: str) -> None:
+    """A constant's value must be one its dtype holds: 1.5 is no int32 and 2**40 no int32 (numpy
+    refuses both), 2 no bool. A float constant may round, or overflow to inf, as numpy's does."""
+    v = t.value
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        ok = isinstance(v, bool)
+    elif t.dtype == "bool":
+        ok = v in (0, 1)
+    elif t.dtype.startswith(("int", "uint")):
+        info = np.iinfo(dtypes.to_numpy(t.dtype))
+        ok = float(v).is_integer() and info.min <= v <= info.max
+    else:
+        ok = True
+    if not ok:
+        raise ShapeError(f"constant {v!r:.40} is not representable as {t.dtype}", op=op, tensor=t.name)
 
 
 @dataclass(frozen=True)
@@ -134,6 +153,8 @@ class Graph:
 
     def validate(self) -> None:
         from ..ops.registry import lookup  # late: registry imports this module
+        if not isinstance(self.name, str):
+            raise FormatError(f"graph name must be a string, got {self.name!r:.40}")
         for t in self.tensors.values():
             dtypes.check(t.dtype, tensor=t.name)
             if not isinstance(t.shape, tuple):
@@ -168,6 +189,9 @@ class Graph:
                     raise ShapeError("tensor defined twice", op=op.label(i), tensor=t)
                 if t not in self.tensors:
                     raise ShapeError("output is not described", op=op.label(i), tensor=t)
+            for t in op.inputs:
+                if self.tensors[t].is_const:
+                    _check_constant(self.tensors[t], op.label(i))
             opdef.check(op, [self.tensors[t] for t in op.inputs], [self.tensors[t] for t in op.outputs], i)
             if op.name in ("InplaceAssign", "Assign") and op.inputs[0] not in self.inputs:
                 raise ShapeError("an in-place write must target a graph input buffer", op=op.label(i),

@@ -428,3 +428,20 @@ def test_onnx_name_that_is_not_utf8_is_a_format_error():
     data = m.SerializeToString().replace(b"yQ", b"y\xff")
     with pytest.raises(FormatError, match="UTF-8"):
         akgpy.from_onnx(data)
+
+
+def test_onnx_float_reduction_axes_are_refused():
+    """A float axes tensor was truncated by int(): [1.7] reduced axis 1."""
+    axes = numpy_helper.from_array(np.array([1.7], np.float32), "a")
+    m = _model([helper.make_node("ReduceSum", ["x", "a"], ["y"], name="n0")], [_vi("x", [2, 3])],
+               [_vi("y", None)], [axes])
+    with pytest.raises(ShapeError, match="integer") as e:
+        akgpy.from_onnx(m)
+    assert "'n0'" in str(e.value)
+
+
+@pytest.mark.parametrize("dims", [[-2, 3], [2, 0]])
+def test_onnx_input_dims_must_be_positive(dims):
+    m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", dims)], [_vi("y", None)])
+    with pytest.raises(ShapeError):
+        akgpy.from_onnx(m)

@@ -34,6 +34,7 @@ FOLDABLE = {"Shape", "Size", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze"
 def from_onnx(model: Any, shapes: Mapping[str, Sequence[int]] | None = None, *, name: str | None = None) -> Graph:
     import onnx
     proto = _load(model, onnx)
+    _check_names(proto.graph)
     imp = _Importer(proto, _bindings(shapes), name)
     return imp.run()
 
@@ -75,7 +76,6 @@ def _load(model: Any, onnx):
         raise FormatError(f"not a valid ONNX model: {type(e).__name__}: {str(e)[:200]}") from None
     if not proto.graph.node and not proto.graph.output:
         raise FormatError("not a valid ONNX model: the graph has no nodes and no outputs")
-    _check_names(proto.graph)
     return proto
 
 
@@ -236,6 +236,12 @@ class _Importer:
             raise AttrError(f"attribute {key!r} is a flag (0 or 1), got {v!r}")
         return bool(v)
 
+    def rank(self, name: str) -> int:
+        """A tensor's rank, without making a constant a weight as `val` does."""
+        if name in self.values:
+            return len(self.values[name].shape)
+        return self.const(name, "operand").ndim
+
     def const(self, name: str, what: str) -> np.ndarray:
         if name not in self.consts and name not in self.values:
             raise FormatError("tensor is used before any node produces it", tensor=name)
@@ -384,7 +390,7 @@ def _reduce(kind: str):
         b, x = im.b, im.val(node.input[0])
         rank = len(x.shape)
         if len(node.input) > 1 and node.input[1]:
-            axes = [int(a) for a in im.const(node.input[1], "reduction axes")]
+            axes = _int_vector(im, node.input[1], "reduction axes")
         else:
             axes = im._attr("axes", None)
         keep = im.flag("keepdims", 1)
@@ -428,9 +434,8 @@ def _gemm(im: _Importer, node):
     alpha, beta = float(im._attr("alpha", 1.0)), float(im._attr("beta", 1.0))
     wname = node.input[1]
     for name in node.input[:2]:
-        rank = len(im.consts[name].shape) if name in im.consts and name not in im.values else len(im.val(name).shape)
-        if rank != 2:
-            raise ShapeError(f"Gemm operands are matrices; this one has rank {rank}", tensor=name)
+        if im.rank(name) != 2:
+            raise ShapeError(f"Gemm operands are matrices; this one has rank {im.rank(name)}", tensor=name)
     if tb and wname in im.consts and wname not in im.values:
         # nn.Linear's [out, in] weight: transposed once here, so the kernel streams B's rows
         w = im.b.weight(_safe(wname) + "_t", np.ascontiguousarray(im.consts[wname].T))

@@ -62,6 +62,10 @@ def _zeros(b, x):
 # each a graph TVM's simplifier would fold (or abort on) where IEEE gives NaN, inf or -0
 FOLDS = {
     "x_minus_x": lambda b, x, y: x - x,
+    "x_times_1_minus_x": lambda b, x, y: x * 1.0 - x,  # a fenced x * 1 simplified to the Sub's fenced x
+    "x_times_1_times_1_minus_x": lambda b, x, y: (x * 1.0) * 1.0 - x,
+    "x_times_1_eq_x": lambda b, x, y: b.equal(x * 1.0, x),
+    "x_times_y_minus_x_times_y": lambda b, x, y: (lambda p: p - p)(x * y),
     "x_times_0": lambda b, x, y: x * 0.0,
     "0_times_x": lambda b, x, y: b.mul(0.0, x),
     "x_plus_1_minus_x": lambda b, x, y: (x + 1.0) - x,

@@ -83,6 +83,15 @@ def fence(x):
     return tirx.call_llvm_pure_intrin(dt(x), "llvm.arithmetic.fence", x)
 
 
+def _product(a, b):
+    """a * b behind the FMA fence, except a product by a constant 1 or -1: its contraction into
+    an FMA is exact, and fenced it would simplify to `fence(x)`, which the fence of a Sub's
+    repeated operand (`arith`) is structurally equal to: x * 1 - x folded to 0, also for inf."""
+    if any(isinstance(v, tirx.FloatImm) and abs(v.value) == 1.0 for v in (a, b)):
+        return a * b
+    return fence(a * b)
+
+
 def _one(x):
     return tirx.const(1, dt(x))
 
@@ -674,7 +683,7 @@ BUILDERS: dict[str, Callable] = {
     "Rsqrt": E(lambda x: _one(x) / te.sqrt(x)), "Reciprocal": arith(lambda x: _div(_one(x), x), ("divisor",)),
     "Tanh": math(fastmath.tanh, te.tanh, fastmath.tanh_to_half), "Erf": E(fastmath.erf),
     "Add": arith(lambda a, b: a + b, TERMS), "TensorAdd": arith(lambda a, b: a + b, TERMS),
-    "Sub": arith(lambda a, b: a - b, TERMS), "Mul": arith(lambda a, b: fence(a * b), TERMS),
+    "Sub": arith(lambda a, b: a - b, TERMS), "Mul": arith(_product, TERMS),
     "RealDiv": arith(_div, ("numerator", "divisor")), "Maximum": extremum(True), "Minimum": extremum(False),
     "Pow": E(te.power),
     "Greater": E(lambda a, b: a > b), "GreaterEqual": E(lambda a, b: a >= b),

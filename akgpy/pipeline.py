@@ -13,6 +13,7 @@ numbered in stage order).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,7 @@ def _kernel(g: Graph, kg: Graph, graph_note: str | None, target: str, schedule: 
     from .schedule.plain import plain_schedule
     from .schedule.stream import mark_prefetch, mark_stream_outputs
     from .targets import llvm
+    from .te.abi import stack_outputs
     from .te.lower import ident, lower
 
     if graph_note:
@@ -88,7 +90,10 @@ def _kernel(g: Graph, kg: Graph, graph_note: str | None, target: str, schedule: 
             mod, report = poly_schedule(low, cfg, relower=lambda: lower(kg, vector_math=False))
         else:
             mod = plain_schedule(low, cfg).mod
-        mod, stream_note = mark_stream_outputs(mod, low, cfg)
+        (gv, func), = mod.functions_items()
+        func, params = stack_outputs(func, low.params, low.output_stacks, low.index_dtype)
+        mod, passed = mod.__class__({gv: func}), replace(low, func=func, params=params)
+        mod, stream_note = mark_stream_outputs(mod, passed, cfg)
         mod, prefetch_note = mark_prefetch(mod, cfg)
         report = report and f"{report}\n{stream_note}\n{prefetch_note}"
     except AkgpyError:
@@ -99,8 +104,8 @@ def _kernel(g: Graph, kg: Graph, graph_note: str | None, target: str, schedule: 
         return None
     dump(low.name, "2_scheduled.py", mod.script)
 
-    executable = _on_deep_stack(lambda: llvm.build(mod, target), len(low.params))
-    kernel = Kernel(low.name, low.params, executable, mod, low, report, graph_note)
+    executable = _on_deep_stack(lambda: llvm.build(mod, target), len(passed.params))
+    kernel = Kernel(low.name, passed.params, executable, mod, low, report, graph_note)
     dump(low.name, "3_source.ll", lambda: kernel.source)
     dump(low.name, "4_explain.txt", kernel.explain)
     return kernel

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import resource
 
+import pytest
 import tvm_ffi
 from tvm import ir, s_tir, tirx
 
@@ -204,8 +205,12 @@ def _addn(n: int, shape=(16,)):
 
 def test_addn_folds_in_blocks():
     # 400 terms in one expression overflowed the stack; blocks of ADDN_BLOCK_TERMS, same order
+    # (terms that are no stack's consecutive members: 200 inputs, each added twice)
     n = 400
-    g = _addn(n)
+    b = GraphBuilder("addn_twice")
+    xs = [b.input(f"x{k}", (16,)) for k in range(n // 2)]
+    b.output(b.op("AddN", xs + xs, (16,), "float32"))
+    g = b.build()
     low = lower(g)
     parts = [name for name in low.roles if name.startswith("AddN_")]
     assert len(parts) == -(-n // ADDN_BLOCK_TERMS)
@@ -228,3 +233,144 @@ def test_reference_and_validator_at_scale():
     big = _addn(1 << 16, shape=(2,))
     ones = [np.ones(2, np.float32)] * (1 << 16)
     assert evaluate(big, ones)[big.real_outputs[0]].tolist() == [65536.0, 65536.0]
+
+
+# -- kernels with very many arguments: stacked parameters (te/abi.py) ---------------------------
+
+def _stacked(prog) -> list:
+    return [p for p in prog.kernels[0].params if p.members]
+
+
+def test_addn_of_65536_scalars():
+    # 65,537 kernel arguments: TVM's per-argument cost made 4,096 inputs take 250 s; the inputs
+    # are one stacked parameter now, and the fold one loop over it. ~10 s here
+    n = 1 << 16
+    g = _addn(n, shape=(1,))
+    prog = akgpy.fuse(g)
+    (k,) = prog.kernels
+    assert len(k.params) == 2 and k.params[0].members == tuple(g.inputs) and k.params[0].shape == (n, 1)
+    assert not check_program(g, prog)
+    assert _peak_rss_gib() <= 4
+
+
+def test_addn_of_65536_vectors():
+    # the same with [8] members; ~10 s here
+    n = 1 << 16
+    g = _addn(n, shape=(8,))
+    prog = akgpy.fuse(g)
+    assert len(prog.kernels[0].params) == 2
+    assert not check_program(g, prog)
+    assert _peak_rss_gib() <= 4
+
+
+def test_1000_outputs_one_stacked_parameter():
+    # 1,000 outputs were 1,001 arguments (53 s, ~2,000 frames deep in TVM's packed-call wrapper);
+    # they are one stacked output now, returned as views of it. ~30 s here (1,000 loops)
+    import numpy as np
+    g = _outputs(1000)
+    prog = akgpy.fuse(g)
+    (k,) = prog.kernels
+    assert [(p.kind, p.shape) for p in k.params] == [("input", (64,)), ("output", (1000, 64))]
+    assert k.params[1].members == tuple(g.real_outputs)
+    assert not check_program(g, prog)
+    x = np.arange(64, dtype=np.float32)
+    first = prog(x)
+    kept = first[7]
+    del first
+    second = prog(x + 1)  # the kept view holds the whole stack: the next call writes another
+    assert np.array_equal(kept, x * 8) and np.array_equal(second[7], (x + 1) * 8)
+    assert not np.shares_memory(kept, second[7])
+    assert "outputs stacked in one array" in prog.report()
+
+
+def test_params_up_to_the_bound_stay_plain():
+    # 255 inputs and the output: 256 parameters, each its own; one input more stacks them all
+    from akgpy.te.abi import MAX_KERNEL_PARAMS
+    g = _addn(MAX_KERNEL_PARAMS - 1, shape=(4,))
+    assert not any(p.members for p in lower(g).params) and len(lower(g).params) == MAX_KERNEL_PARAMS
+    g = _addn(MAX_KERNEL_PARAMS, shape=(4,))
+    assert [p.shape for p in lower(g).params] == [(MAX_KERNEL_PARAMS, 4), (4,)]
+
+
+def test_report_says_stacked_inputs_are_copied():
+    import numpy as np
+    g = _addn(300, shape=(4,))
+    prog = akgpy.fuse(g)
+    prog(*[np.full(4, k, np.float32) for k in range(300)])
+    report = prog.report()
+    assert "300 inputs stacked: copied on every call" in report
+    assert "x0..x299: 300 inputs copied into one stacked array, the kernel takes them as one parameter" in report
+    assert not check_program(g, prog)
+
+
+def test_kernel_func_takes_stacked_arrays():
+    import numpy as np
+    from akgpy.errors import ArgumentError
+    from akgpy.runtime.program import aligned_empty
+    g = _addn(300, shape=(4,))
+    k = akgpy.fuse(g).kernels[0]
+    stack = np.arange(1200, dtype=np.float32).reshape(300, 4)
+    out = aligned_empty((4,), "float32")
+    k.func(stack, out)
+    acc = stack[0].copy()
+    for row in stack[1:]:
+        acc += row
+    assert np.array_equal(out, acc)
+    with pytest.raises(ArgumentError, match="x0..x299"):
+        k.func(stack[:299], out)
+
+
+def test_stacked_members_read_through_views():
+    # builders that read a member through its tensor directly: reshape, broadcast, transpose
+    b = GraphBuilder("stacked_views")
+    xs = [b.input(f"x{k}", (8,)) for k in range(300)]
+    terms = [((x.reshape((1, 8)) + x.reshape((8, 1))).transpose((1, 0)) * x) for x in xs]
+    b.output(b.op("AddN", terms, (8, 8), "float32"))
+    g = b.build()
+    prog = akgpy.fuse(g)
+    assert [p.shape for p in _stacked(prog)] == [(300, 8)]
+    assert not check_program(g, prog)
+
+
+def test_inplace_targets_stay_individual():
+    b = GraphBuilder("stacked_with_target")
+    xs = [b.input(f"x{k}", (4,)) for k in range(300)]
+    t = b.input("t", (4,))
+    b.inplace_assign(t, b.op("AddN", xs, (4,), "float32"))
+    g = b.build()
+    prog = akgpy.fuse(g)
+    assert [(p.kind, p.tensor) for p in prog.kernels[0].params if not p.members] == [("inplace", "t")]
+    assert not check_program(g, prog)
+
+
+def test_inplace_targets_above_the_bound_refused():
+    from akgpy.errors import CompileError
+    from akgpy.te.abi import MAX_KERNEL_PARAMS
+    b = GraphBuilder("many_targets")
+    x = b.input("x", (4,))
+    for k in range(MAX_KERNEL_PARAMS + 1):
+        b.inplace_assign(b.input(f"t{k}", (4,)), x + 1.0)
+    with pytest.raises(CompileError, match="many_targets has 257 in-place targets"):
+        akgpy.fuse(b.build())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_stacked_addn_is_the_left_fold(dtype):
+    # one serial reduction over the stack, rounding every partial sum as the unrolled fold does:
+    # bit for bit the reference's fold; -0.0 terms sum to -0.0 (the reducer starts from -0.0)
+    import numpy as np
+
+    from akgpy.reference import run
+    n = 300
+    b = GraphBuilder(f"fold_{dtype}")
+    xs = [b.input(f"x{k}", (4,), dtype) for k in range(n)]
+    b.output(b.op("AddN", xs, (4,), dtype))
+    g = b.build()
+    low = lower(g)
+    assert [r for r in low.roles.values() if r != "output"] == ["fold"]
+    prog = akgpy.fuse(g)
+    rng = np.random.default_rng(0)
+    args = [(rng.standard_normal(4) * 10.0 ** rng.integers(-3, 4)).astype(dtype) for _ in range(n)]
+    assert np.array_equal(prog(*args)[0], run(g, args)[0])
+    zeros = [np.full(4, -0.0, dtype)] * n
+    assert np.signbit(prog(*zeros)[0]).all()

@@ -31,11 +31,15 @@ from .program import Kernel, OutputPool, Program, aligned_empty, as_aligned, as_
 def _direct_params(st: "Step", g) -> list[tuple] | None:
     """(tensor, kind, graph shape, dtype, kernel shape where it differs else None) per kernel
     parameter, when the kernel can be called on the environment's arrays or views of them
-    (plain dtypes; a kernel on collapsed dims, graph/collapse.py, takes reshaped views)."""
+    (plain dtypes; a kernel on collapsed dims, graph/collapse.py, takes reshaped views). A
+    kernel with stacked parameters (te/abi.py: a group above MAX_KERNEL_PARAMS, such as one
+    AddN of that many inputs) goes through its Program, which stacks."""
     if st.program is None:
         return None
     out = []
     for p in st.kernel.params:
+        if p.members:
+            return None
         t = g.tensors[p.tensor]
         if p.kind == "inplace" or t.dtype in dtypes.COMPLEX:
             return None

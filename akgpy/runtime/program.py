@@ -26,6 +26,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import ArgumentError
 from ..graph.ir import Graph
+from ..te.abi import MAX_KERNEL_PARAMS
 from ..te.lower import Param
 
 ALIGN = 64
@@ -190,7 +191,7 @@ class Kernel:
         self._source: str | None = None
         # the generated code checks none of its arguments (targets/llvm.py): `func` does
         self.unchecked = executable[self.entry]  # first lookup JIT-compiles the machine code
-        self.reads = frozenset(p.tensor for p in params if p.kind == "input")
+        self.reads = frozenset(n for p in params if p.kind == "input" for n in p.tensors)
 
     @property
     def entry(self) -> str:
@@ -202,7 +203,8 @@ class Kernel:
         parameter's storage dtype and shape, C-contiguous, writable and aligned as `Param.align`
         says (the dtype's alignment for inputs and in-place targets, 64 bytes for outputs:
         `aligned_empty` makes one). A wrong one raises ArgumentError; the machine code itself
-        would read out of bounds or crash on it."""
+        would read out of bounds or crash on it. A stacked parameter (`Param.members`, te/abi.py)
+        is one array of shape (len(members), *member's shape), member j at [j]."""
         if len(arrays) != len(self.params):
             raise ArgumentError(f"kernel {self.name} takes {len(self.params)} arrays "
                                 f"({', '.join(p.tensor for p in self.params)}), got {len(arrays)}")
@@ -269,7 +271,7 @@ class Kernel:
         return f"Kernel({self.name!r}, {len(self.params)} params)"
 
 
-_IN, _OUT, _INPLACE, _INPLACE_READ = range(4)  # how a kernel parameter is passed
+_IN, _OUT, _INPLACE, _INPLACE_READ, _STACK_IN, _STACK_OUT = range(6)  # how a kernel parameter is passed
 
 
 class Program:
@@ -283,6 +285,7 @@ class Program:
         self._expect = [(n, dtypes.to_numpy(graph.tensors[n].dtype), graph.tensors[n].shape, n in self._written)
                         for n in graph.inputs]
         self._outputs: list[tuple[tuple, np.dtype, int]] = []  # every kernel output of a call, in order
+        self._stacks: list[tuple[tuple, np.dtype, int]] = []  # every stacked input a call fills, in order
         self._plans = [(k.unchecked, [self._plan(k, p) for p in k.params]) for k in kernels]
         self._results = [(n, graph.tensors[n].dtype, graph.tensors[n].shape) for n in graph.real_outputs]
         self._pool = OutputPool()
@@ -301,13 +304,27 @@ class Program:
         if p.kind == "output":
             dt = np.dtype(p.dtype)
             self._outputs.append((p.shape, dt, int(np.prod(p.shape, dtype=np.int64)) * dt.itemsize))
-            return _OUT, len(self._outputs) - 1, p, False
+            return (_STACK_OUT if p.members else _OUT), len(self._outputs) - 1, p, False
+        if p.members:
+            return self._plan_stack(p)
         i = self._in_index[p.tensor]
         t = self.graph.tensors[p.tensor]
         reshaped = t.dtype in dtypes.COMPLEX_PART or tuple(t.shape) != tuple(p.shape)
         if p.kind == "input":
             return _IN, i, p, reshaped
         return (_INPLACE if p.tensor not in k.reads else _INPLACE_READ), i, p, reshaped
+
+    def _plan_stack(self, p: Param) -> tuple:
+        """A stacked input (te/abi.py): (_STACK_IN, (its buffer's index in `_stacks`, the members'
+        input indices, the stack as an array of the members' dtype and graph shape), p, whether a
+        member needs reshaping to that shape)."""
+        dt = np.dtype(p.dtype)
+        self._stacks.append((p.shape, dt, int(np.prod(p.shape, dtype=np.int64)) * dt.itemsize))
+        t = self.graph.tensors[p.members[0]]
+        shape = p.shape[1:-1] if t.dtype in dtypes.COMPLEX_PART else p.shape[1:]
+        reshaped = any(self.graph.tensors[n].shape != shape for n in p.members)
+        view = (dtypes.to_numpy(t.dtype), (len(p.members), *shape))
+        return _STACK_IN, (len(self._stacks) - 1, [self._in_index[n] for n in p.members], view), p, reshaped
 
     def source(self) -> str:
         return "\n\n".join(f"// kernel {k.name}\n{k.source}" for k in self.kernels)
@@ -389,12 +406,28 @@ class Program:
             # a copy taken under the lock: its references mark the arrays in use, so a call
             # running alongside takes other ones
             outs = list(self._outputs_for_call())
+            # stacks from the pool: a call running alongside fills other ones
+            stacks = self._pool.take_all(self._stacks) if self._stacks else ()
             self._calls += 1
         copies = []
         results: dict[str, np.ndarray] = {}
         for func, plan in self._plans:
             call_args, writebacks = [], []
             for kind, i, p, reshaped in plan:
+                if kind == _STACK_OUT:  # the caller gets views of the stack: no copy
+                    buf = outs[i]
+                    results.update((n, buf[j]) for j, n in enumerate(p.members))
+                    call_args.append(buf)
+                    continue
+                if kind == _STACK_IN:
+                    slot, members, (dtype, shape) = i
+                    buf = stacks[slot]
+                    np.stack([args[m].reshape(shape[1:]) for m in members] if reshaped else [args[m] for m in members],
+                             out=buf.view(dtype).reshape(shape))
+                    copies.append((p.tensor, f"{len(members)} inputs copied into one stacked array",
+                                   f"the kernel takes them as one parameter (it would have more than {MAX_KERNEL_PARAMS})"))
+                    call_args.append(buf)
+                    continue
                 if kind == _OUT:
                     results[p.tensor] = buf = outs[i]
                     call_args.append(buf)
@@ -438,6 +471,11 @@ class Program:
             for p in k.params:
                 need = ("allocated by akgpy, 64-byte aligned" if p.kind == "output"
                         else f"passed in place when C-contiguous and writable ({p.align}-byte aligned, as numpy aligns {p.dtype})")
+                if p.members:
+                    need = (f"{len(p.members)} outputs stacked in one array allocated by akgpy, 64-byte aligned, "
+                            "each returned as a view of it (no copy)" if p.kind == "output"
+                            else f"{len(p.members)} inputs stacked: copied on every call into one array allocated "
+                                 f"by akgpy (a kernel has at most {MAX_KERNEL_PARAMS} parameters)")
                 lines.append(f"  {p.kind:7} {p.tensor}: {p.dtype}{list(p.shape)}, {need}")
         lines.append(f"calls: {self._calls}")
         if not self._copies:

@@ -265,6 +265,9 @@ def addn(lw, op, ins, out):
     _real_only(op, ins)
     lg = logical(ins, out)
     fenced = _fenced_operands(lw, op, ["term"] * len(ins))
+    folded = None if any(fenced) else lw.fold_stacked(ins, out)
+    if folded is not None:
+        return folded
     terms = list(zip(ins, fenced))
 
     def value(o, k, i):

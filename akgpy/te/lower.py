@@ -2,7 +2,8 @@
 
 Conventions the later stages rely on:
 - every te.compute is named `<Op>_<index>` (or `<Op>_<index>_<part>`), and `Lowered.roles`
-  says what each block is: "elemwise" (injective, may be inlined), "reduce", "contract"
+  says what each block is: "elemwise" (injective, may be inlined), "reduce", "fold" (a
+  reduction whose order is its meaning: AddN over a stacked input, never split), "contract"
   (MatMul/Conv2D main block), "pack" (operand re-layout for a contraction), "output"
   (a copy into an output buffer);
 - float16 ops compute in float32 and round to float16 once per op, which is exactly the
@@ -23,18 +24,24 @@ from ..errors import CompileError, UnsupportedOpError
 from ..graph.ir import Graph, Op, Tensor
 from ..graph.ranges import value_ranges
 from ..ops.registry import uses_logical_broadcast
-from .abi import param_align, with_alignment
+from .abi import param_align, stack_label, stack_plan, with_alignment
 from .index import extents, index_dtype, operand_index
 
 
 @dataclass(frozen=True)
 class Param:
-    """One PrimFunc parameter and the graph tensor it carries."""
+    """One PrimFunc parameter and the graph tensor it carries, or the graph tensors stacked in it
+    (`members`, in order: member j is [j, ...] of the array, te/abi.py)."""
     kind: str  # "input" | "output" | "inplace"
-    tensor: str  # graph tensor name
-    shape: tuple[int, ...]  # storage shape (complex: trailing 2)
+    tensor: str  # graph tensor name (a stack: te/abi.stack_label)
+    shape: tuple[int, ...]  # storage shape (complex: trailing 2); a stack's: (len(members), *member's)
     dtype: str  # storage dtype (complex: its float part)
     align: int  # bytes of alignment the kernel assumes of the array's start (te/abi.py)
+    members: tuple[str, ...] = ()  # graph tensors of a stacked parameter; () for one tensor
+
+    @property
+    def tensors(self) -> tuple[str, ...]:
+        return self.members or (self.tensor,)
 
 
 @dataclass
@@ -43,6 +50,9 @@ class Lowered:
     func: Any  # tvm PrimFunc
     params: list[Param]
     roles: dict[str, str] = field(default_factory=dict)
+    # outputs passed stacked (te/abi.stack_outputs, after scheduling: the schedule sees them one by one)
+    output_stacks: list[tuple[str, ...]] = field(default_factory=list)
+    index_dtype: str = "int32"
 
 
 def storage(t: Tensor) -> tuple[tuple[int, ...], str]:
@@ -87,6 +97,18 @@ class Operand:
         return x.astype(want) if want != str(x.ty) else x
 
 
+class StackMember:
+    """Member j of a stacked input parameter, as the builders use a te.Tensor: called with the
+    member's indices, it loads [j, ...] of the stack."""
+
+    def __init__(self, stack, j: int, index_dtype: str):
+        self.stack, self.index, self.j = stack, j, tirx.const(j, index_dtype)
+        self.shape, self.dtype, self.op = tuple(stack.shape)[1:], stack.dtype, stack.op
+
+    def __call__(self, *idx):
+        return self.stack(self.j, *idx)
+
+
 class Lowerer:
     def __init__(self, g: Graph, vector_math: bool = True):
         self.g = g
@@ -99,6 +121,9 @@ class Lowerer:
         self.index = 0
         self.index_dtype = index_dtype(storage(t)[0] for t in g.tensors.values())
         self._ranges = None
+        self._stacked: dict[str, StackMember] = {}  # graph input -> its place in a stacked parameter
+        self._input_stacks: list[tuple[tuple[str, ...], Any]] = []  # (members, stack placeholder)
+        self._output_stacks: list[tuple[str, ...]] = []
 
     # -- helpers used by builders ------------------------------------------------------------
     def value_range(self, name: str):
@@ -115,10 +140,38 @@ class Lowerer:
             return Operand(t)
         if name not in self.placeholders:
             shape, dt = storage(t)
-            self.placeholders[name] = te.placeholder(extents(shape, self.index_dtype), dt, name=ident(name))
+            self.placeholders[name] = self._stacked.get(name) or \
+                te.placeholder(extents(shape, self.index_dtype), dt, name=ident(name))
         op = Operand(t, self.placeholders[name])
         self.env[name] = op
         return op
+
+    def fold_stacked(self, ins: list[Operand], out: Tensor):
+        """An AddN's left fold as one serial reduction along a stack's first axis, where its terms
+        are consecutive members of one stacked input, in order; else None. Unrolled, 65,536 terms
+        were 65,536 loads in one function: LLVM alone took minutes. The reducer starts from -0.0,
+        the identity of IEEE addition (-0.0 + x is x for every x, -0.0 and NaN included), and
+        rounds every partial sum to the output dtype as the unrolled fold does. Its role, "fold",
+        keeps it in order: the passes that split a reduction into partial sums take "reduce"
+        blocks only, and TVM parallelises and vectorises no loop over a reduction axis."""
+        first = ins[0].tensor
+        if len(ins) < 2 or not isinstance(first, StackMember) or out.dtype == "bool":
+            return None
+        d0 = ins[0].desc
+        for k, o in enumerate(ins):
+            t, d = o.tensor, o.desc
+            if not isinstance(t, StackMember) or t.stack is not first.stack or t.index != first.index + k \
+                    or (d.shape, d.dtype, d.format) != (d0.shape, out.dtype, d0.format):
+                return None
+        acc = compute_dtype(out.dtype)
+        add = te.comm_reducer(lambda a, b: _cast_to(_cast_to(a, acc) + _cast_to(b, acc), out.dtype),
+                              lambda dt: tirx.const(-0.0 if dt.startswith("float") else 0, dt), name="fold")
+        j = te.reduce_axis((tirx.const(0, self.index_dtype), tirx.const(len(ins), self.index_dtype)), name="j")
+        lg = logical(ins, out)
+
+        def f(*i):
+            return add(first.stack(j + first.index, *operand_index(d0, out, i, logical=lg)), axis=j)
+        return self.compute(out.shape, f, role="fold")
 
     def compute(self, shape, fcompute: Callable, role: str = "elemwise", suffix: str = ""):
         name = f"{self._opname}_{self.index}{suffix}"
@@ -129,6 +182,7 @@ class Lowerer:
     def run(self) -> Lowered:
         from .builders import BUILDERS
         g = self.g
+        self._plan_stacks()
         for i, op in enumerate(g.ops):
             self.index, self._opname = i, op.name
             out = g.tensors[op.outputs[0]]
@@ -145,6 +199,27 @@ class Lowerer:
                 raise CompileError(f"TE construction failed: {e}", op=op.label(i), tensor=out.name) from None
             self.env[out.name] = Operand(out, result)
         return self._finish()
+
+    def _plan_stacks(self) -> None:
+        """Which inputs and outputs are passed stacked (te/abi.stack_plan): the inputs that are
+        read (one parameter each), the real outputs, and the in-place targets, never stacked
+        (a target also read is one more parameter)."""
+        g = self.g
+        targets = set(g.inplace_targets())
+        read = {n for op in g.ops for k, n in enumerate(op.inputs)
+                if not (k == 0 and op.name in ("InplaceAssign", "Assign"))}
+        ins = [(n, storage(g.tensors[n])) for n in g.inputs
+               if n in read and n not in targets and not g.tensors[n].is_const]
+        outs = [(n, storage(g.tensors[n])) for n in g.real_outputs]
+        in_stacks, self._output_stacks = stack_plan(ins, outs, len(targets) + len(targets & read), g.name)
+        taken = {ident(n) for n in g.tensors} if in_stacks else set()
+        for k, members in enumerate(in_stacks):
+            shape, dt = storage(g.tensors[members[0]])
+            name = next(s for s in (f"stack_in_{k}" + "_" * m for m in range(len(taken) + 1)) if s not in taken)
+            stack = te.placeholder(extents((len(members), *shape), self.index_dtype), dt, name=name)
+            self._input_stacks.append((members, stack))
+            for j, n in enumerate(members):
+                self._stacked[n] = StackMember(stack, j, self.index_dtype)
 
     def _assign(self, op: Op, out: Tensor) -> None:
         target = self.g.tensors[op.inputs[0]]
@@ -177,18 +252,29 @@ class Lowerer:
             bind("output", name, g.tensors[name], self.operand(name))
         for target in g.inplace_targets():
             bind("inplace", target, g.tensors[target], self.env[target])
-        inputs = [(n, self.placeholders[n]) for n in g.inputs if n in self.placeholders]
-        in_params = [Param("input", n, shape, dt, param_align("input", np.dtype(dt).itemsize))
-                     for n, _ in inputs for shape, dt in [storage(g.tensors[n])]]
+        inputs, in_params = [], []
+        stack_of = {members[0]: (members, stack) for members, stack in self._input_stacks}
+        for n in g.inputs:
+            if n in stack_of:  # a stack takes its first member's place
+                members, stack = stack_of[n]
+                shape, dt = storage(g.tensors[n])
+                inputs.append(stack)
+                in_params.append(Param("input", stack_label(members), (len(members), *shape), dt,
+                                       param_align("input", np.dtype(dt).itemsize), members))
+            elif n in self.placeholders and n not in self._stacked:
+                shape, dt = storage(g.tensors[n])
+                inputs.append(self.placeholders[n])
+                in_params.append(Param("input", n, shape, dt, param_align("input", np.dtype(dt).itemsize)))
         try:
             # int64 throughout where a tensor needs it: the builders' reduce axes are int32
-            func = te.create_prim_func([p for _, p in inputs] + out_tensors,
+            func = te.create_prim_func(inputs + out_tensors,
                                        index_dtype_override="int64" if self.index_dtype == "int64" else None)
         except RuntimeError as e:
             raise CompileError(f"create_prim_func failed for {g.name}: {e}") from None
         func = with_alignment(func, [p.align for p in in_params + params])
         func = func.with_attr("global_symbol", ident(g.name))
-        return Lowered(ident(g.name), func, in_params + params, dict(self.roles))
+        return Lowered(ident(g.name), func, in_params + params, dict(self.roles), self._output_stacks,
+                       self.index_dtype)
 
 
 def _copy_fn(src: Operand, desc: Tensor):

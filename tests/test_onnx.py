@@ -181,3 +181,19 @@ def test_shape_subgraph_folds_away():
     assert [op.name for op in g.ops] == ["Reshape", "Maximum"]
     x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
     np.testing.assert_array_equal(akgpy.fuse(g)(x)[0], ort_run(model, {"x": x})[0])
+
+
+@pytest.mark.parametrize("axis", [-3, -2, -1, 0, 1, 2, 3])
+def test_flatten_takes_every_axis_onnx_allows(axis):
+    """A negative axis counts from the rank (Flatten(axis=-1) of [4, 6, 5] is [24, 5]; it was
+    read against rank + 1 and gave [120, 1])."""
+    m = _model([helper.make_node("Flatten", ["x"], ["y"], axis=axis)], [_vi("x", [4, 6, 5])], [_vi("y", None)])
+    x = np.random.default_rng(0).standard_normal((4, 6, 5)).astype(np.float32)
+    check_against_ort(m, {"x": x})
+
+
+@pytest.mark.parametrize("axis", [-4, 4])
+def test_flatten_refuses_an_axis_out_of_range(axis):
+    m = _model([helper.make_node("Flatten", ["x"], ["y"], axis=axis)], [_vi("x", [4, 6, 5])], [_vi("y", None)])
+    with pytest.raises(akgpy.AkgpyError, match="axis"):
+        akgpy.from_onnx(m)

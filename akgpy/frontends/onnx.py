@@ -596,7 +596,10 @@ def _squeeze(im: _Importer, node):
 
 def _flatten(im: _Importer, node):
     x = im.val(node.input[0])
-    a = _axis(im._attr("axis", 1), len(x.shape) + 1)  # axis may equal the rank: [prod(all), 1]
+    rank, a = len(x.shape), im._attr("axis", 1)
+    if not -rank <= a <= rank:  # the rank itself is allowed: [prod(all), 1]
+        raise AttrError(f"axis {a} out of range [-{rank}, {rank}] for Flatten of rank {rank}")
+    a = a + rank if a < 0 else a
     return [_reshape_to(im, x, [math.prod(x.shape[:a]), math.prod(x.shape[a:])])]
 
 

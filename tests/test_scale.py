@@ -243,7 +243,7 @@ def _stacked(prog) -> list:
 
 def test_addn_of_65536_scalars():
     # 65,537 kernel arguments: TVM's per-argument cost made 4,096 inputs take 250 s; the inputs
-    # are one stacked parameter now, and the fold one loop over it. ~10 s here
+    # are one stacked parameter now, and the fold one loop over it. 3-10 s here, by load
     n = 1 << 16
     g = _addn(n, shape=(1,))
     prog = akgpy.fuse(g)
@@ -254,7 +254,7 @@ def test_addn_of_65536_scalars():
 
 
 def test_addn_of_65536_vectors():
-    # the same with [8] members; ~10 s here
+    # the same with [8] members; 3-10 s here
     n = 1 << 16
     g = _addn(n, shape=(8,))
     prog = akgpy.fuse(g)
@@ -265,7 +265,7 @@ def test_addn_of_65536_vectors():
 
 def test_1000_outputs_one_stacked_parameter():
     # 1,000 outputs were 1,001 arguments (53 s, ~2,000 frames deep in TVM's packed-call wrapper);
-    # they are one stacked output now, returned as views of it. ~30 s here (1,000 loops)
+    # they are one stacked output now, returned as views of it. 13-45 s here, by load (1,000 loop nests)
     import numpy as np
     g = _outputs(1000)
     prog = akgpy.fuse(g)

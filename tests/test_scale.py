@@ -389,3 +389,19 @@ def test_complex_inputs_and_outputs_stacked():
     args = [np.array([1 + 2j, 3 - 1j, -0.5j], np.complex64) * k for k in range(300)]
     outs = prog(*args)
     assert outs[7].dtype == np.complex64 and np.array_equal(outs[7], args[7].reshape(3, 1))
+
+
+def test_model_group_with_stacked_inputs():
+    # one AddN of 300 inputs is one group above the bound whatever the partition's limits: its
+    # step runs through its Program, which stacks, not through the direct kernel call
+    import numpy as np
+
+    from akgpy.reference import run
+    b = GraphBuilder("stacked_model", model=True)
+    xs = [b.input(f"x{k}", (4,)) for k in range(300)]
+    b.output(b.op("AddN", xs, (4,), "float32") * 2.0)
+    g = b.build()
+    mp = akgpy.fuse(g)
+    assert any(p.members for k in mp.kernels for p in k.params)
+    args = [np.full(4, k / 7, np.float32) for k in range(300)]
+    assert np.array_equal(mp(*args)[0], run(g, args)[0])

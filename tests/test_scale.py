@@ -405,3 +405,23 @@ def test_model_group_with_stacked_inputs():
     assert any(p.members for k in mp.kernels for p in k.params)
     args = [np.full(4, k / 7, np.float32) for k in range(300)]
     assert np.array_equal(mp(*args)[0], run(g, args)[0])
+
+
+def test_stack_members_in_order_of_first_read():
+    # an AddN of the inputs in reverse order: the stack holds them as the AddN reads them, so the
+    # fold is one reduction, and the program still takes the inputs in the graph's order
+    import numpy as np
+
+    from akgpy.reference import run
+    n = 300
+    b = GraphBuilder("addn_reversed")
+    xs = [b.input(f"x{k}", (4,)) for k in range(n)]
+    b.output(b.op("AddN", xs[::-1], (4,), "float32"))
+    g = b.build()
+    low = lower(g)
+    assert low.params[0].members == tuple(g.inputs[::-1])
+    assert [r for r in low.roles.values() if r != "output"] == ["fold"]
+    prog = akgpy.fuse(g)
+    rng = np.random.default_rng(1)
+    args = [(rng.standard_normal(4) * 10.0 ** rng.integers(-3, 4)).astype(np.float32) for _ in range(n)]
+    assert np.array_equal(prog(*args)[0], run(g, args)[0])

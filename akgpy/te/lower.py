@@ -203,15 +203,20 @@ class Lowerer:
     def _plan_stacks(self) -> None:
         """Which inputs and outputs are passed stacked (te/abi.stack_plan): the inputs that are
         read (one parameter each), the real outputs, and the in-place targets, never stacked
-        (a target also read is one more parameter)."""
+        (a target also read is one more parameter). A stack's members are in the order the ops
+        first read them, so an AddN's distinct terms are consecutive members (fold_stacked)."""
         g = self.g
         targets = set(g.inplace_targets())
-        read = {n for op in g.ops for k, n in enumerate(op.inputs)
-                if not (k == 0 and op.name in ("InplaceAssign", "Assign"))}
-        ins = [(n, storage(g.tensors[n])) for n in g.inputs
-               if n in read and n not in targets and not g.tensors[n].is_const]
+        read: dict[str, None] = {}  # in order of first read
+        for op in g.ops:
+            for k, n in enumerate(op.inputs):
+                if not (k == 0 and op.name in ("InplaceAssign", "Assign")):
+                    read.setdefault(n)
+        inputs = set(g.inputs)
+        ins = [(n, storage(g.tensors[n])) for n in read
+               if n in inputs and n not in targets and not g.tensors[n].is_const]
         outs = [(n, storage(g.tensors[n])) for n in g.real_outputs]
-        in_stacks, self._output_stacks = stack_plan(ins, outs, len(targets) + len(targets & read), g.name)
+        in_stacks, self._output_stacks = stack_plan(ins, outs, len(targets) + len(targets & read.keys()), g.name)
         taken = {ident(n) for n in g.tensors} if in_stacks else set()
         for k, members in enumerate(in_stacks):
             shape, dt = storage(g.tensors[members[0]])
@@ -253,10 +258,17 @@ class Lowerer:
         for target in g.inplace_targets():
             bind("inplace", target, g.tensors[target], self.env[target])
         inputs, in_params = [], []
-        stack_of = {members[0]: (members, stack) for members, stack in self._input_stacks}
+        # a stack takes the place of its member that comes first in the graph's inputs
+        stack_of = {}
+        for members, stack in reversed(self._input_stacks):
+            stack_of.update((n, (members, stack)) for n in members)
+        placed = set()
         for n in g.inputs:
-            if n in stack_of:  # a stack takes its first member's place
+            if n in stack_of:
                 members, stack = stack_of[n]
+                if members in placed:
+                    continue
+                placed.add(members)
                 shape, dt = storage(g.tensors[n])
                 inputs.append(stack)
                 in_params.append(Param("input", stack_label(members), (len(members), *shape), dt,

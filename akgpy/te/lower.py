@@ -266,9 +266,9 @@ class Lowerer:
         for n in g.inputs:
             if n in stack_of:
                 members, stack = stack_of[n]
-                if members in placed:
+                if id(stack) in placed:
                     continue
-                placed.add(members)
+                placed.add(id(stack))
                 shape, dt = storage(g.tensors[n])
                 inputs.append(stack)
                 in_params.append(Param("input", stack_label(members), (len(members), *shape), dt,

@@ -216,15 +216,11 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 
+from .test_onnx import _model as _onnx_model, _vi  # noqa: E402
+
+
 def _model(nodes, inputs, outputs, inits=(), opset=13):
-    g = helper.make_graph(nodes, "t", inputs, outputs, list(inits))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    return m
-
-
-def _vi(name, shape, t=TensorProto.FLOAT):
-    return helper.make_tensor_value_info(name, t, shape)
+    return _onnx_model(nodes, inputs, outputs, inits, opset, ir_version=8)
 
 
 def _i64(name, values):

@@ -66,10 +66,10 @@ def test_mlp_matches_onnxruntime():
     assert "Erf" in {op.name for op in g.ops}  # Gelu expanded
 
 
-def _model(nodes, inputs, outputs, inits=(), opset=20):
+def _model(nodes, inputs, outputs, inits=(), opset=20, ir_version=9):
     g = helper.make_graph(nodes, "t", inputs, outputs, list(inits))
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 9
+    m.ir_version = ir_version
     return m
 
 

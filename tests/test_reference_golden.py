@@ -1,7 +1,7 @@
 """Golden values for the numpy reference (`akgpy.reference`), one or more per op of the op table.
 
 Every expected array below is written out literally, computed by hand from the semantics in
-../shared/docs/composite-format.md (never by calling numpy on the same formula): the reference is
+the composite format's definitions (docs/semantics.md; never by calling numpy on the same formula): the reference is
 the oracle every kernel is checked against, so it is checked against arithmetic done on paper.
 
 Conventions: graphs are built with `akgpy.GraphBuilder` or as composite-JSON dicts fed to

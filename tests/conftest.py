@@ -1,4 +1,5 @@
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -37,3 +38,17 @@ def pytest_terminal_summary(terminalreporter):
     if n:
         terminalreporter.write_line(f"corpus: {n} graphs checked against the reference, {_corpus['passed']} passed, "
                                     f"{_corpus['failed']} failed")
+
+
+@pytest.fixture
+def no_hang():
+    """Fail a case that takes over 120 s: a malformed input must not hang akgpy."""
+    def on_alarm(signum, frame):
+        raise TimeoutError("akgpy did not return within 120 s")
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(120)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

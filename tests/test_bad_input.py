@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -87,23 +86,7 @@ def load_base(corpus):
     return get
 
 
-class _Hang(Exception):
-    pass
-
-
-@pytest.fixture(autouse=True)
-def no_hang():
-    """A malformed input must not hang akgpy: fail any case that takes over 120 s."""
-    def on_alarm(signum, frame):
-        raise _Hang("akgpy did not return within 120 s")
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(120)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
+pytestmark = pytest.mark.usefixtures("no_hang")  # a malformed input must not hang akgpy (conftest)
 
 
 # -- mutation helpers ----------------------------------------------------------------------------

@@ -8,7 +8,6 @@ seen for the first time is also compiled (`akgpy.fuse`) and its kernels checked 
 (most mutants change only weights: compiling each would take minutes)."""
 from __future__ import annotations
 
-import signal
 
 import numpy as np
 import pytest
@@ -190,17 +189,7 @@ def run_case(i: int) -> str:
     return "matches"
 
 
-@pytest.fixture(autouse=True)
-def no_hang():
-    def on_alarm(signum, frame):
-        raise TimeoutError("case did not finish within 120 s")
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(120)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
+pytestmark = pytest.mark.usefixtures("no_hang")  # tests/conftest.py
 
 
 @pytest.mark.parametrize("i", range(N_CASES), ids=case_label)

@@ -8,6 +8,7 @@ from .errors import AkgpyError
 from .frontends.composite import load_composite
 from .graph import Graph, GraphBuilder, Op, Tensor, structural_hash
 from .schedule.config import ScheduleConfig  # noqa: E402  (plain data; imports no tvm)
+from .target import Target, resolve_target  # noqa: E402  (imports tvm only when resolving)
 
 __version__ = "0.1.0"
 
@@ -33,5 +34,5 @@ def from_onnx(model, shapes=None, *, name=None):
     return load(model, shapes=shapes, name=name)
 
 
-__all__ = ["fuse", "from_onnx", "load_composite", "ScheduleConfig", "Graph", "GraphBuilder", "Op", "Tensor", "structural_hash",
+__all__ = ["fuse", "from_onnx", "load_composite", "ScheduleConfig", "Target", "resolve_target", "Graph", "GraphBuilder", "Op", "Tensor", "structural_hash",
            "errors", "reference", "AkgpyError"]

@@ -7,8 +7,9 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "akgpy"
-STAGE = {"errors": 0, "dtypes": 0, "config": 0, "graph": 1, "ops": 1, "frontends": 2, "reference": 2,
-         "testing": 2, "fusion": 2, "zoo": 2, "te": 3, "poly": 4, "schedule": 5, "targets": 6, "runtime": 7, "pipeline": 8, "__init__": 9}
+STAGE = {"errors": 0, "dtypes": 0, "config": 0, "target": 0, "graph": 1, "ops": 1, "frontends": 2, "reference": 2,
+         "testing": 2, "fusion": 2, "zoo": 2, "te": 3, "poly": 4, "schedule": 5, "targets": 6, "runtime": 7, "pipeline": 8, "tune": 9,
+         "__init__": 10}
 
 
 def _stage_of(module: str) -> int:

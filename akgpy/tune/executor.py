@@ -1,0 +1,350 @@
+"""Where a tuner's builds and measurements run: the jobs and results (plain, picklable data;
+artifacts travel as bytes), the `Executor` protocol, and `LocalExecutor` (this machine).
+
+Builds run in parallel in spawned worker processes that import akgpy and TVM once each; a
+worker that dies is a failed build ("crash") and is replaced. Measurements run one at a time
+in one long-lived measurer process (akgpy/tune/measure.py). A build never runs while a
+measurement does: timings taken beside a compile would measure the compile's load.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import multiprocessing
+import os
+import socket
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait as wait_any
+from typing import Any, Callable, Protocol, Sequence
+
+from ..errors import AkgpyError
+
+# a build is a compile (isl, TVM, LLVM): minutes would mean a stuck isl search, not a slow kernel
+BUILD_TIMEOUT_S = 300.0
+# a worker imports akgpy and TVM before its first job; under load that takes seconds
+STARTUP_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    """Compile `graph` (composite JSON text) with `config` (ScheduleConfig JSON) for `target`
+    (a target spec `resolve_target` accepts, as JSON)."""
+    trial: int
+    graph: str
+    config: dict
+    target: Any = None
+    schedule: str = "poly"
+    timeout_s: float = BUILD_TIMEOUT_S
+
+
+@dataclass
+class BuildResult:
+    trial: int
+    status: str  # "ok" | "error" (the compiler refused) | "crash" (worker died) | "timeout"
+    artifact: bytes | None = None
+    manifest: dict | None = None
+    error: str | None = None
+    started: float = 0.0  # time.time() where the work ran
+    finished: float = 0.0
+    machine: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True)
+class MeasureJob:
+    """Check the artifact's outputs against the reference on seeded random inputs, then time
+    it: `warmup` calls, then `repeats` timed calls (the LLC flushed before each when
+    `flush_bytes`). `check=False` skips the reference check (a re-timing of a checked artifact)."""
+    trial: int
+    graph: str
+    artifact: bytes
+    manifest: dict
+    target: Any = None
+    seed: int = 0
+    warmup: int = 2
+    repeats: int = 9
+    flush_bytes: int = 0
+    check: bool = True
+    timeout_s: float = 60.0
+
+
+@dataclass
+class MeasureResult:
+    trial: int
+    status: str  # "ok" | "mismatch" | "error" | "crash" (measurer died) | "timeout"
+    times: list[float] = field(default_factory=list)  # seconds per timed call
+    error: str | None = None
+    started: float = 0.0
+    finished: float = 0.0
+    machine: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def median_s(self) -> float | None:
+        if not self.times:
+            return None
+        ts = sorted(self.times)
+        n = len(ts)
+        return ts[n // 2] if n % 2 else 0.5 * (ts[n // 2 - 1] + ts[n // 2])
+
+
+class Executor(Protocol):
+    """What a tuner needs from where its work runs (LocalExecutor; the Ray executor).
+
+    `build` returns one result per job, in job order; jobs may run in parallel. `measure` runs
+    the jobs of one call on ONE machine, one at a time, in the given order (the tuner's
+    interleaved re-timing relies on it), and never while a build runs there."""
+
+    def build(self, jobs: Sequence[BuildJob]) -> list[BuildResult]: ...
+
+    def measure(self, jobs: Sequence[MeasureJob]) -> list[MeasureResult]: ...
+
+    def close(self) -> None: ...
+
+
+def failed(job: BuildJob | MeasureJob, status: str, error: str, started: float = 0.0):
+    """The result of a job that produced none (its process died, ran out of time, or refused)."""
+    cls = BuildResult if isinstance(job, BuildJob) else MeasureResult
+    return cls(trial=job.trial, status=status, error=error, started=started, finished=time.time(),
+               machine=socket.gethostname())
+
+
+# --- the work itself (runs in a worker process) ---
+
+def run_build(job: BuildJob) -> BuildResult:
+    """Compile one job and pack the program; a compiler error is an "error" result."""
+    started = time.time()
+    try:
+        from ..frontends.composite import load_composite
+        from ..pipeline import compile_graph
+        g = load_composite(job.graph)
+        prog = compile_graph(g, resolve(job.target), schedule=job.schedule, config=config_from_json(job.config))
+        blob, manifest = pack_program(prog, job)
+    except Exception as e:  # noqa: BLE001 - any failure of one candidate is that trial's result
+        return BuildResult(job.trial, "error", error=f"{type(e).__name__}: {e}", started=started,
+                           finished=time.time(), machine=socket.gethostname())
+    return BuildResult(job.trial, "ok", blob, manifest, started=started, finished=time.time(),
+                       machine=socket.gethostname())
+
+
+# --- seams to the other parts of issue 49 (target, config JSON, artifacts) ---
+
+def resolve(target):
+    """What a job's target field names, for compile_graph (which resolves it once): a Target
+    where the field is a Target's JSON, else the spec as the user gave it."""
+    if isinstance(target, dict) and "vector_bytes" in target:
+        from ..target import Target
+        return Target.from_json(target)
+    return target
+
+
+def target_json(target) -> Any:
+    """A picklable, JSON-able form of a target for jobs (Target.to_json(), or the spec itself)."""
+    to_json = getattr(target, "to_json", None)
+    return to_json() if to_json else target
+
+
+def config_to_json(cfg) -> dict:
+    to_json = getattr(cfg, "to_json", None)
+    if to_json is not None:
+        return to_json()
+    return dataclasses.asdict(cfg)
+
+
+def config_from_json(d: dict):
+    from ..schedule.config import ScheduleConfig
+    from_json = getattr(ScheduleConfig, "from_json", None)
+    if from_json is not None:
+        return from_json(d)
+    return ScheduleConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
+
+def pack_program(prog, job: BuildJob) -> tuple[bytes, dict]:
+    """A compiled Program as (bytes, manifest): `akgpy.runtime.artifact.pack`. Where that is
+    absent the manifest names the build, and the measurer rebuilds it (unpack_program)."""
+    try:
+        from ..runtime.artifact import pack
+    except ImportError:
+        return b"", {"rebuild": {"config": job.config, "target": job.target, "schedule": job.schedule}}
+    return pack(prog)
+
+
+def unpack_program(graph, blob: bytes, manifest: dict):
+    if "rebuild" in manifest:
+        from ..pipeline import compile_graph
+        r = manifest["rebuild"]
+        return compile_graph(graph, resolve(r["target"]), schedule=r["schedule"], config=config_from_json(r["config"]))
+    from ..runtime.artifact import unpack
+    return unpack(graph, blob, manifest)
+
+
+# --- worker processes ---
+
+def _serve(conn, fn_path: str, env: dict, warm: str) -> None:
+    """A worker's main loop: set the environment, import once, then answer jobs until EOF."""
+    os.environ.update(env)
+    for name in filter(None, warm.split(",")):
+        importlib.import_module(name)
+    module, _, name = fn_path.partition(":")
+    fn = getattr(importlib.import_module(module), name)
+    conn.send("ready")
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
+        try:
+            result = fn(job)
+        except BaseException:  # noqa: BLE001 - the parent gets a result, never a dead pipe
+            result = failed(job, "error", traceback.format_exc(limit=5))
+        conn.send(result)
+
+
+class Worker:
+    """One spawned process that runs `fn_path` ("module:function") on each job sent to it.
+    Spawned, not forked: a fork of a process whose TVM thread pool runs can deadlock."""
+
+    def __init__(self, fn_path: str, env: dict | None = None, warm: str = "akgpy.pipeline,tvm"):
+        self.fn_path, self.env, self.warm = fn_path, dict(env or {}), warm
+        self.proc = None
+        self.conn = None
+        self.job = None  # the job it runs now
+        self.sent = 0.0
+        self.deadline = 0.0
+
+    def start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(child, self.fn_path, self.env, self.warm), daemon=True,
+                                name="akgpy-tune-worker")
+        self.proc.start()
+        child.close()
+        ready = wait_any([self.conn, self.proc.sentinel], STARTUP_TIMEOUT_S)
+        if self.conn in ready:
+            try:
+                if self.conn.recv() == "ready":
+                    return
+            except EOFError:
+                pass
+        self.stop()
+        raise AkgpyError(f"tuning worker for {self.fn_path} did not start (exit code "
+                         f"{self.proc.exitcode if self.proc else None})")
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.is_alive()
+
+    def submit(self, job) -> None:
+        if not self.alive:
+            self.start()
+        self.job, self.sent = job, time.time()
+        self.deadline = time.monotonic() + job.timeout_s
+        self.conn.send(job)
+
+    def collect(self):
+        """The running job's result if it has one now (or its process died); None while it runs.
+        Past its deadline the process is killed: a "timeout" result."""
+        job = self.job
+        if self.conn.poll():
+            try:
+                result = self.conn.recv()
+            except (EOFError, OSError):
+                result = None
+            if result is not None:
+                self.job = None
+                return result
+        if not self.proc.is_alive():
+            code = self.proc.exitcode
+            self.stop()
+            self.job = None
+            how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+            return failed(job, "crash", f"worker process died ({how})", self.sent)
+        if time.monotonic() > self.deadline:
+            self.stop()
+            self.job = None
+            return failed(job, "timeout", f"no result within {job.timeout_s:g} s", self.sent)
+        return None
+
+    def waitables(self) -> list:
+        return [self.conn, self.proc.sentinel]
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            if self.proc.is_alive():
+                self.proc.kill()
+            self.proc.join(5)
+        if self.conn is not None:
+            self.conn.close()
+        self.proc = self.conn = None
+
+
+def run_jobs(workers: list[Worker], jobs: Sequence, on_result: Callable | None = None) -> list:
+    """Each job on the next idle worker; results in job order. A worker whose job crashed or
+    timed out is restarted on its next job."""
+    results: list = [None] * len(jobs)
+    todo = list(enumerate(jobs))
+    busy: dict[int, int] = {}  # worker index -> job index
+    while todo or busy:
+        for w, worker in enumerate(workers):
+            if w not in busy and todo:
+                i, job = todo.pop(0)
+                try:
+                    worker.submit(job)
+                except AkgpyError as e:
+                    results[i] = failed(job, "crash", str(e), time.time())
+                    continue
+                busy[w] = i
+        if not busy:
+            continue
+        soonest = min(workers[w].deadline for w in busy) - time.monotonic()
+        wait_any([x for w in busy for x in workers[w].waitables()], max(0.0, soonest) + 0.01)
+        for w in list(busy):
+            result = workers[w].collect()
+            if result is not None:
+                results[busy.pop(w)] = result
+                if on_result is not None:
+                    on_result(result)
+    return results
+
+
+class LocalExecutor:
+    """Builds on `workers` spawned processes (default: the CPU count), measurements in one
+    measurer process, on this machine. One lock keeps builds and measurements apart."""
+
+    def __init__(self, workers: int | None = None, *, measure_threads: int | None = None):
+        self.n_workers = max(1, workers or os.cpu_count() or 1)
+        # builds never run kernels: one thread each, so idle pools do not spin on the cores
+        build_env = {"TVM_NUM_THREADS": "1", "AKGPY_CACHE": "off"}
+        measure_env = {"AKGPY_CACHE": "off"}
+        if measure_threads:
+            measure_env["TVM_NUM_THREADS"] = str(measure_threads)
+        self._builders = [Worker("akgpy.tune.executor:run_build", build_env) for _ in range(self.n_workers)]
+        self._measurer = Worker("akgpy.tune.measure:run_measure", measure_env)
+        self._lock = threading.Lock()
+
+    def build(self, jobs: Sequence[BuildJob]) -> list[BuildResult]:
+        with self._lock:
+            return run_jobs(self._builders, jobs)
+
+    def measure(self, jobs: Sequence[MeasureJob]) -> list[MeasureResult]:
+        with self._lock:
+            return run_jobs([self._measurer], jobs)
+
+    def close(self) -> None:
+        for w in [*self._builders, self._measurer]:
+            w.stop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

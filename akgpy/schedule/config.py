@@ -3,122 +3,234 @@
 Every schedule (plain, poly) reads only these fields; two configs that differ in a field that
 matters for a kernel give different loop nests for it. The poly schedule's own decisions
 (which statements fuse) come from isl, not from here.
+
+Each field declares its domain (`Range` or `Choices`, `Sequence` for a tuple of values) in its
+metadata; `ScheduleConfig` checks every value against it, and `to_json` / `from_json` /
+`json_schema` carry a config to disk with `SCHEMA_VERSION`.
 """
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import math
+import typing
+from dataclasses import dataclass, field
 
 from ..errors import CompileError
+
+# bumped when a field is renamed, removed or changes meaning; from_json refuses other versions
+SCHEMA_VERSION = 1
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+@dataclass(frozen=True)
+class Range:
+    """Numbers lo..hi inclusive; integers unless `integer=False`; `log`: a searcher samples the
+    range on a log scale (then lo is taken as 1 where it is 0)."""
+    lo: float
+    hi: float
+    log: bool = False
+    integer: bool = True
+
+    def contains(self, v) -> bool:
+        if self.integer:
+            return _is_int(v) and self.lo <= v <= self.hi
+        return (_is_int(v) or isinstance(v, float)) and math.isfinite(v) and self.lo <= v <= self.hi
+
+    def describe(self) -> str:
+        kind = "an int" if self.integer else "a number"
+        return f"{kind} in [{self.lo}, {self.hi}]"
+
+    def schema(self) -> dict:
+        return {"type": "integer" if self.integer else "number", "minimum": self.lo, "maximum": self.hi}
+
+    def to_json(self, v):
+        return v
+
+    def from_json(self, v):
+        return v
+
+
+@dataclass(frozen=True)
+class Choices:
+    """One of a fixed list of values (bools, ints, strings)."""
+    values: tuple
+
+    def contains(self, v) -> bool:
+        # True == 1 in Python: a bool is a choice only among bools, an int only among ints
+        return any(type(v) is type(c) and v == c for c in self.values)
+
+    def describe(self) -> str:
+        return f"one of {list(self.values)}"
+
+    def schema(self) -> dict:
+        return {"enum": list(self.values)}
+
+    def to_json(self, v):
+        return v
+
+    def from_json(self, v):
+        return v
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """A tuple of up to `max_len` values, each in `item` (JSON: a list)."""
+    item: typing.Any
+    max_len: int
+
+    def contains(self, v) -> bool:
+        return isinstance(v, tuple) and len(v) <= self.max_len and all(self.item.contains(x) for x in v)
+
+    def describe(self) -> str:
+        return f"a tuple of at most {self.max_len} values, each {self.item.describe()}"
+
+    def schema(self) -> dict:
+        return {"type": "array", "maxItems": self.max_len, "items": self.item.schema()}
+
+    def to_json(self, v):
+        return [self.item.to_json(x) for x in v]
+
+    def from_json(self, v):
+        return tuple(self.item.from_json(x) for x in v) if isinstance(v, list) else v
+
+
+BOOL = Choices((False, True))
+_BYTES = 1 << 40  # the largest byte count a field accepts
+
+
+def _f(default, domain, doc: str = "", fact: bool = False):
+    """A field with its domain. `fact`: a hardware fact, not a choice; it moves to Target."""
+    return field(default=default, metadata={"domain": domain, "doc": doc, "fact": fact})
 
 
 @dataclass(frozen=True)
 class ScheduleConfig:
-    vector_bytes: int = 64  # width of one vector register: lanes = vector_bytes // element size
-    tile_i: int = 8  # contraction register tile: the most rows (schedule/plain.register_tile)
-    tile_j_vectors: int = 3  # contraction register tile: the most columns, in vectors
-    min_parallel: int = 2  # a fused outer loop shorter than this runs serially
-    parallel: bool = True  # use the thread pool at all
-    unroll: bool = True  # unroll the contraction's row tile
+    # hardware fact (moves to Target): width of one vector register, lanes = vector_bytes // element size
+    vector_bytes: int = _f(64, Choices((16, 32, 64)), fact=True)
+    tile_i: int = _f(8, Range(1, 32), "contraction register tile: the most rows (schedule/plain.register_tile)")
+    tile_j_vectors: int = _f(3, Range(1, 16), "contraction register tile: the most columns, in vectors")
+    min_parallel: int = _f(2, Range(1, 1024, log=True), "a fused outer loop shorter than this runs serially")
+    parallel: bool = _f(True, BOOL, "use the thread pool at all")
+    unroll: bool = _f(True, BOOL, "unroll the contraction's row tile")
     # poly schedule only
-    min_parallel_work: int = 4096  # statement instances in a nest before it uses threads
-    tile: tuple[int, ...] = ()  # tile sizes for fused bands; () = cache model, only where it helps
-    l1_bytes: int = 32 * 1024  # the cache model's L1 size
-    # per-core L2 size: a transpose's producer runs in blocks whose intermediate fits half of it
-    # (tree.py, _transpose_block). default_config: the host's, from sysfs
-    l2_bytes: int = 512 * 1024
-    # last-level cache size: a contraction's B up to this size, read by few rows of A, is packed
-    # into panels where it outgrows the TLB's reach (schedule/plain._pack_panels). default_config:
-    # the host's, from sysfs
-    llc_bytes: int = 32 << 20
-    stride1_innermost: bool = True  # move the dim walking the largest array with stride 1 innermost
-    fusion_depth: int = 8  # most isl band members kept as loops shared by fused statements; 0 = none
-    input_fusion: bool = True  # isl's proximity includes two statements reading one input element
+    min_parallel_work: int = _f(4096, Range(1, 1 << 24, log=True),
+                                "statement instances in a nest before it uses threads")
+    tile: tuple[int, ...] = _f((), Sequence(Range(1, 1 << 16, log=True), 16),
+                               "tile sizes for fused bands; () = cache model, only where it helps")
+    # hardware fact (moves to Target): the cache model's L1 size
+    l1_bytes: int = _f(32 * 1024, Range(1, _BYTES, log=True), fact=True)
+    # hardware fact (moves to Target): per-core L2 size: a transpose's producer runs in blocks whose
+    # intermediate fits half of it (tree.py, _transpose_block)
+    l2_bytes: int = _f(512 * 1024, Range(1, _BYTES, log=True), fact=True)
+    # hardware fact (moves to Target): last-level cache size: a contraction's B up to this size,
+    # read by few rows of A, is packed into panels where it outgrows the TLB's reach
+    # (schedule/plain._pack_panels)
+    llc_bytes: int = _f(32 << 20, Range(1, _BYTES, log=True), fact=True)
+    stride1_innermost: bool = _f(True, BOOL,
+                                 "move the dim walking the largest array with stride 1 innermost")
+    fusion_depth: int = _f(8, Range(0, 64), "most isl band members kept as loops shared by fused statements; 0 = none")
+    input_fusion: bool = _f(True, BOOL, "isl's proximity includes two statements reading one input element")
     # an elementwise statement sharing vector math with a reduction runs in the reduction's loops,
     # where LLVM computes the shared chain once (poly/riders.py)
-    share_math: bool = True
+    share_math: bool = _f(True, BOOL)
     # graph rewrites that are not exact for every input value: exp(-x) taken from exp(-|x|) of
     # the same x (graph/algebra.share_exp: ~1.5 ulp; an infinite numerator times an underflowed
     # exp gives NaN). Off by default: IEEE's and numpy's results decide (docs/semantics.md)
-    inexact_math: bool = False
+    inexact_math: bool = _f(False, BOOL)
     # wall-clock bound on isl's fused search; past it isl searches again without constant shifts
     # (each of the corpus graphs that ran out got a fused answer so in 0.04-0.21 s), then with
     # each strongly connected component on its own (milliseconds), and only if those fail too
     # does the plain schedule run. The slowest corpus search that ends takes 1.5 s; every graph
     # past 2.5 s got the same or faster code without shifts (schedule/poly._isl_schedule)
-    isl_timeout_s: float = 2.5
+    isl_timeout_s: float = _f(2.5, Range(1e-9, 3600.0, integer=False))
     # vector registers per op for an elementwise statement that rounds to float16 after many ops:
     # each rounding is a conversion pair with long latency, so more independent lanes in flight
-    chain_registers: int = 4  # default_config: NATIVE_FP16_CHAIN_REGISTERS where float16 ops are native
+    chain_registers: int = _f(4, Range(1, 16),
+                              "default_config: NATIVE_FP16_CHAIN_REGISTERS where float16 ops are native")
     # float32 vector registers per op for vector math (te/fastmath.py's exp/log/tanh; each element
     # is a chain of ~40 dependent ops, and with one register per op too few chains fit the core's
     # out-of-order window): an elementwise statement's vector (schedule/kept.WIDE_MATH_INSTANCES
     # instances or more), and the most registers one step of a row sum's partials covers
-    math_registers: int = 4
+    math_registers: int = _f(4, Range(1, 16))
     # the most float32 registers of vector math one step of a sum's partials covers when they
     # also sum over other reduced axes (a full sum): their lanes are added up once, not per row
-    sum_math_registers: int = 8
+    sum_math_registers: int = _f(8, Range(1, 32))
     # a kernel moving at least this many bytes writes its large outputs with non-temporal stores
     # (no write-allocate read); 0 = never. default_config: twice the host's last-level cache, or
     # the CPU's measured threshold (STREAM_POLICY_BY_CPU)
-    stream_min_bytes: int = 64 << 20
+    stream_min_bytes: int = _f(64 << 20, Range(0, _BYTES, log=True))
     # a kernel that reads at least what it writes streams from this many bytes moved (below
     # stream_min_bytes, and only its stores of whole cache lines); 0 = no such kernels apart.
     # default_config: a number of the host's last-level caches by CPU (STREAM_READ_HEAVY_LLCS_BY_CPU)
-    stream_read_heavy_min_bytes: int = 0
+    stream_read_heavy_min_bytes: int = _f(0, Range(0, _BYTES, log=True))
     # whether a kernel that writes more bytes than it reads streams too (see STREAM_POLICY_BY_CPU)
-    stream_write_heavy: bool = False
+    stream_write_heavy: bool = _f(False, BOOL)
     # the share of a kernel's candidate output bytes that whole-line stores must write for any of
     # them to stream (0: each qualifying store streams); default_config: STREAM_POLICY_BY_CPU
-    stream_share: float = 0.9
+    stream_share: float = _f(0.9, Range(0.0, 1.0, integer=False))
     # register width of an in-register transpose of elements narrower than 32 bits; 0 = vector_bytes.
     # default_config: 16. AVX2 has no 16-bit permute across the two halves of a register (vpermw
     # is AVX-512BW): a 16-lane float16 tile of 9 rows took ~16 shuffles per output register, and
     # yolo ~1373's seven [1024, 3, 3, 512] transposes ran 11.5 ms at 32 bytes, 10.0 ms at 16 (one
     # xmm, where vpshufb reaches every lane), 29 ms at 8 (2 threads, Zen 3). With AVX-512BW too
     # the xmm tiles win: 6.8 ms at 16 bytes, 8.2 at 32, 8.7 at 64 (2 threads, Xeon, vector_bytes 64)
-    narrow_transpose_bytes: int = 0
+    narrow_transpose_bytes: int = _f(0, Choices((0, 8, 16, 32, 64)))
     # software prefetch this many bytes ahead of each stride-1 vector read of a kernel argument
     # (akgpy/targets/prefetch.py); 0 = none. default_config: PREFETCH_BYTES
-    prefetch_bytes: int = 0
+    prefetch_bytes: int = _f(0, Range(0, 1 << 20, log=True))
     # lower a graph of transposes and same-shape elementwise ops on fewer dims: each transpose's
     # stride-1 read run merged where every layout keeps it together (akgpy/graph/collapse.py);
     # False lowers the graph's own dims (what the tile planner's tests pin down)
-    collapse_dims: bool = True
+    collapse_dims: bool = _f(True, BOOL)
 
     def __post_init__(self):
-        for f in ("vector_bytes", "tile_i", "tile_j_vectors", "min_parallel", "l1_bytes", "l2_bytes", "llc_bytes",
-                  "min_parallel_work",
-                  "chain_registers", "math_registers", "sum_math_registers"):
-            v = getattr(self, f)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise CompileError(f"ScheduleConfig.{f} must be a positive int, got {v!r}")
-        if not isinstance(self.tile, tuple) or not all(
-                isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in self.tile):
-            raise CompileError(f"ScheduleConfig.tile must be a tuple of positive ints, got {self.tile!r}")
-        if not isinstance(self.fusion_depth, int) or isinstance(self.fusion_depth, bool) or self.fusion_depth < 0:
-            raise CompileError(f"ScheduleConfig.fusion_depth must be an int >= 0, got {self.fusion_depth!r}")
-        for f in ("stream_min_bytes", "stream_read_heavy_min_bytes"):
-            v = getattr(self, f)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise CompileError(f"ScheduleConfig.{f} must be an int >= 0, got {v!r}")
-        if not isinstance(self.narrow_transpose_bytes, int) or isinstance(self.narrow_transpose_bytes, bool) \
-                or self.narrow_transpose_bytes < 0:
-            raise CompileError("ScheduleConfig.narrow_transpose_bytes must be an int >= 0, got "
-                               f"{self.narrow_transpose_bytes!r}")
-        if not isinstance(self.prefetch_bytes, int) or isinstance(self.prefetch_bytes, bool) or self.prefetch_bytes < 0:
-            raise CompileError(f"ScheduleConfig.prefetch_bytes must be an int >= 0, got {self.prefetch_bytes!r}")
-        for f in ("input_fusion", "share_math", "inexact_math", "stream_write_heavy", "collapse_dims"):
-            if not isinstance(getattr(self, f), bool):
-                raise CompileError(f"ScheduleConfig.{f} must be a bool, got {getattr(self, f)!r}")
-        if not isinstance(self.stream_share, (int, float)) or isinstance(self.stream_share, bool) \
-                or not 0.0 <= self.stream_share <= 1.0:
-            raise CompileError(f"ScheduleConfig.stream_share must be a number in [0, 1], got {self.stream_share!r}")
-        if not isinstance(self.isl_timeout_s, (int, float)) or not self.isl_timeout_s > 0:
-            raise CompileError(f"ScheduleConfig.isl_timeout_s must be > 0, got {self.isl_timeout_s!r}")
+        for f in dataclasses.fields(self):
+            dom, v = f.metadata["domain"], getattr(self, f.name)
+            if not dom.contains(v):
+                raise CompileError(f"ScheduleConfig.{f.name} must be {dom.describe()}, got {v!r:.80}")
 
     def replace(self, **changes) -> "ScheduleConfig":
         return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def domains(cls) -> dict:
+        """{field name: its domain}."""
+        return {f.name: f.metadata["domain"] for f in dataclasses.fields(cls)}
+
+    def to_json(self) -> dict:
+        """Every field as JSON values, with "schema": SCHEMA_VERSION."""
+        out = {"schema": SCHEMA_VERSION}
+        for f in dataclasses.fields(self):
+            out[f.name] = f.metadata["domain"].to_json(getattr(self, f.name))
+        return out
+
+    @classmethod
+    def from_json(cls, d) -> "ScheduleConfig":
+        """The config `to_json` wrote; fields left out keep their defaults. CompileError naming
+        the field for an unknown field, a wrong schema version or a value outside its domain."""
+        if not isinstance(d, dict):
+            raise CompileError(f"ScheduleConfig.from_json expects a dict, got {type(d).__name__}")
+        if d.get("schema") != SCHEMA_VERSION:
+            raise CompileError(f"ScheduleConfig.from_json: schema {d.get('schema')!r} is not this akgpy's "
+                               f"({SCHEMA_VERSION})")
+        doms = cls.domains()
+        unknown = sorted(set(d) - set(doms) - {"schema"})
+        if unknown:
+            raise CompileError(f"ScheduleConfig.from_json: unknown field(s) {unknown}")
+        return cls(**{k: doms[k].from_json(v) for k, v in d.items() if k != "schema"})
+
+    @classmethod
+    def json_schema(cls) -> dict:
+        """A JSON Schema (draft 2020-12) that every `to_json()` output satisfies."""
+        props = {"schema": {"const": SCHEMA_VERSION}}
+        for f in dataclasses.fields(cls):
+            props[f.name] = {**f.metadata["domain"].schema(), **({"description": f.metadata["doc"]}
+                                                                 if f.metadata["doc"] else {})}
+        return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "akgpy ScheduleConfig",
+                "type": "object", "properties": props, "required": ["schema"], "additionalProperties": False}
 
 
 PREFETCH_BYTES = 2048

@@ -41,3 +41,13 @@ class ArgumentError(AkgpyError):
 
 class CompileError(AkgpyError):
     """Lowering, scheduling or code generation failed for a well-formed graph."""
+
+
+class CacheWarning(UserWarning):
+    """The compile cache ignored something it found (a corrupt database, an artifact whose HMAC
+    does not match, a bad shipped record, a directory others can write) and carried on without
+    it; the kernel is compiled instead."""
+
+
+class ArtifactError(AkgpyError):
+    """A compiled-kernel artifact (runtime/artifact.py) is malformed or belongs to another graph."""

@@ -19,15 +19,16 @@ import itertools
 import sys
 import threading
 from collections import Counter
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from .. import dtypes
 from ..errors import ArgumentError
 from ..graph.ir import Graph
-from ..te.abi import MAX_KERNEL_PARAMS
-from ..te.lower import Param
+
+if TYPE_CHECKING:  # te/ imports tvm; a Program from a cached artifact runs without it
+    from ..te.lower import Param
 
 ALIGN = 64
 # A buffer of a page or more that akgpy allocates (outputs, input copies, a model's
@@ -271,6 +272,65 @@ class Kernel:
         return f"Kernel({self.name!r}, {len(self.params)} params)"
 
 
+class RestoredKernel(Kernel):
+    """A kernel whose machine code came from an artifact (runtime/artifact.py, the compile
+    cache): no TIR or module was kept, so `tir`, `source` and the analysis part of `explain()`
+    compile the graph again on demand through `recompile` (a callable returning the compiled
+    Kernel), and say so where there is none."""
+
+    def __init__(self, name: str, entry: str, params: list, func, *, schedule_path: dict,
+                 schedule_report: str | None, graph_note: str | None, code: bytes, recompile=None):
+        self.name, self.params = name, params
+        self._entry, self._path = entry, dict(schedule_path)
+        self._report, self._graph_note = schedule_report, graph_note
+        self.code = code  # the shared object's bytes: artifact.pack stores them again as they are
+        self._recompile = recompile
+        self._compiled: Kernel | None = None
+        self.unchecked = func
+        self.reads = frozenset(n for p in params if p.kind == "input" for n in p.tensors)
+
+    @property
+    def entry(self) -> str:
+        return self._entry
+
+    @property
+    def schedule_path(self):
+        from ..schedule.poly import SchedulePath
+        return SchedulePath(**self._path)
+
+    def compiled(self) -> Kernel:
+        """The kernel compiled again from its graph (what tir/source show); ArtifactError when the
+        artifact was restored without a way to do that."""
+        if self._compiled is None:
+            if self._recompile is None:
+                from ..errors import ArtifactError
+                raise ArtifactError(f"kernel {self.name} was loaded from a cached artifact without its graph's "
+                                    "compile settings: its TIR and source are not available")
+            self._compiled = self._recompile()
+        return self._compiled
+
+    @property
+    def tir(self) -> str:
+        return self.compiled().tir
+
+    @property
+    def source(self) -> str:
+        return self.compiled().source
+
+    def explain(self, *, timeout_s: float = 10.0) -> str:
+        head = (f"== kernel {self.name} (machine code from a cached artifact; the analysis and TIR below are "
+                "from compiling the graph again)")
+        if self._recompile is None:
+            note = [self._graph_note] if self._graph_note else []
+            return "\n".join([head.split(" (")[0] + " (machine code from a cached artifact; no TIR kept)",
+                              *note, self._report or f"schedule path: {self._path.get('path')}"])
+        text = self.compiled().explain(timeout_s=timeout_s)
+        return "\n".join([head, *text.split("\n")[1:]])
+
+    def __repr__(self) -> str:
+        return f"RestoredKernel({self.name!r}, {len(self.params)} params)"
+
+
 _IN, _OUT, _INPLACE, _INPLACE_READ, _STACK_IN, _STACK_OUT = range(6)  # how a kernel parameter is passed
 
 
@@ -412,7 +472,7 @@ class Program:
         copies = []
         results: dict[str, np.ndarray] = {}
         for func, plan in self._plans:
-            call_args, writebacks = [], []
+            call_args, writebacks, n_params = [], [], len(plan)
             for kind, i, p, reshaped in plan:
                 if kind == _STACK_OUT:  # the caller gets views of the stack: no copy
                     buf = outs[i]
@@ -425,7 +485,7 @@ class Program:
                     np.stack([args[m].reshape(shape[1:]) for m in members] if reshaped else [args[m] for m in members],
                              out=buf.view(dtype).reshape(shape))
                     copies.append((p.tensor, f"{len(members)} inputs copied into one stacked array",
-                                   f"the kernel takes them as one parameter (it would have more than {MAX_KERNEL_PARAMS})"))
+                                   f"the kernel takes them as one parameter (it would have {len(p.members) + n_params - 1})"))
                     call_args.append(buf)
                     continue
                 if kind == _OUT:
@@ -475,7 +535,7 @@ class Program:
                     need = (f"{len(p.members)} outputs stacked in one array allocated by akgpy, 64-byte aligned, "
                             "each returned as a view of it (no copy)" if p.kind == "output"
                             else f"{len(p.members)} inputs stacked: copied on every call into one array allocated "
-                                 f"by akgpy (a kernel has at most {MAX_KERNEL_PARAMS} parameters)")
+                                 f"by akgpy (a kernel has at most {_max_params()} parameters)")
                 lines.append(f"  {p.kind:7} {p.tensor}: {p.dtype}{list(p.shape)}, {need}")
         lines.append(f"calls: {self._calls}")
         if not self._copies:
@@ -487,6 +547,11 @@ class Program:
             lines.append("last call: " + ("; ".join(f"{t} {what} ({why})" for t, what, why in last) if last
                                           else "every argument in place"))
         return "\n".join(lines)
+
+
+def _max_params() -> int:
+    from ..te.abi import MAX_KERNEL_PARAMS
+    return MAX_KERNEL_PARAMS
 
 
 def _from_storage(buf: np.ndarray, dtype: str, shape: tuple) -> np.ndarray:

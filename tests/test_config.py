@@ -7,7 +7,7 @@ import json
 import pytest
 
 from akgpy.errors import CompileError
-from akgpy.schedule.config import SCHEMA_VERSION, Choices, Range, ScheduleConfig, Sequence
+from akgpy.schedule.config import SCHEMA_VERSION, BandChoice, Bands, Choices, Range, ScheduleConfig, Sequence
 
 
 def _outside(dom):
@@ -19,6 +19,8 @@ def _outside(dom):
         if isinstance(probe, bool):
             return 1  # an int where a bool is wanted
         return max(dom.values) + 1
+    if isinstance(dom, Bands):
+        return (BandChoice("a"), BandChoice("a"))  # two records for one band
     assert isinstance(dom, Sequence)
     return (_outside(dom.item),)
 

@@ -1,5 +1,6 @@
 """Human-readable dumps of a model, its dependences and an isl schedule tree (for debugging
-and for the dump folder); nothing here is parsed back."""
+and for the dump folder), and the decisions made for each band in the words a tuned config's
+overrides use; nothing here is parsed back."""
 from __future__ import annotations
 
 import islpy as isl
@@ -55,3 +56,34 @@ def tree_lines(node: isl.ScheduleNode, depth: int = 0) -> list[str]:
     for c in range(node.n_children()):
         lines += tree_lines(node.child(c), depth + 1)
     return lines
+
+
+# who makes which decision, as explain() states it before the decisions
+WHO_DECIDES = ("who decides: isl's scheduler chooses which statements fuse and the outer loops they share "
+               "(its outermost band, constant shifts between statements); akgpy's passes choose how many of "
+               "those loops stay shared (fusion depth), the loop order, tiling, coalescing and the parallel, "
+               "vector and transpose marks; a band's override in ScheduleConfig.bands replaces a pass's choice "
+               "and reads '(tuned)'")
+
+
+def band_lines(bands: dict) -> list[str]:
+    """One line per band (poly/tree.BandFacts): its statements and what was decided for it, in
+    the terms of a BandChoice ("band [S0,S1]: tile 32x64 (tuned)")."""
+    out = []
+    for key, b in bands.items():
+        kind, names = key.split(":", 1)
+        tuned = set(b.tuned)
+
+        def by(field: str) -> str:
+            return " (tuned)" if field in tuned else ""
+        parts = []
+        if kind == "shared":
+            parts.append(f"fusion depth {b.kept} of isl's {b.isl_members} member(s){by('fusion_depth')}")
+        if b.dims:
+            parts.append(f"order {','.join(b.dims[q] for q in b.order)}{by('order')}")
+        if b.tile:
+            parts.append(f"tile {'x'.join(map(str, b.tile))}{by('tile')}")
+        parts.append((f"parallel member {b.parallel}" if b.parallel >= 0 else "serial") + by("parallel"))
+        parts.append(("vector innermost" if b.vector else "scalar innermost") + by("vector"))
+        out.append(f"band [{names}] ({kind}, {b.members} loop(s)): " + "; ".join(parts))
+    return out

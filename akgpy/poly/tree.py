@@ -92,6 +92,42 @@ class TreeOptions:
     # statement -> the inlined blocks of vector math its expression evaluates (kept.math_sources):
     # statements sharing one may run in one loop body (riders.py)
     math: dict[str, frozenset] = field(default_factory=dict)
+    # band key (`band_key`) -> a per-band override (schedule/config.BandChoice, read by attribute:
+    # fusion_depth, order, tile, parallel, vector; None or () = the pass decides)
+    bands: dict = field(default_factory=dict)
+
+
+def band_key(kind: str, names) -> str:
+    """A band's stable name: "shared" (the loops fused statements share, from isl's band) or
+    "own" (a statement's loops below them), and the band's statements; statement names come
+    from block names, deterministic for a graph."""
+    return f"{kind}:{','.join(sorted(names))}"
+
+
+@dataclass
+class BandFacts:
+    """What the passes (or a band's override) decided for one band: what a tuner may change."""
+    key: str
+    statements: tuple[str, ...]
+    dims: tuple[str, ...]  # the band's members before tiling and vector split, in isl's (shared) or the statement's (own) order
+    order: tuple[int, ...]  # the order used: indices into `dims`, outermost first
+    permutable: bool  # any member order is legal (isl's flag; an own band's order is checked anyway)
+    members: int = 0  # members of the generated band (tile and vector loops included)
+    coincident: tuple[bool, ...] = ()  # of those members
+    parallel: int = -1  # the member with the parallel mark; -1: none
+    may_parallel: bool = False  # the passes may place a parallel mark here (no parallel loop around it)
+    vector: bool = False  # the innermost member was split for vector lanes
+    tile: tuple[int, ...] = ()  # tile sizes used
+    isl_members: int = 0  # shared: members of isl's band (the range of fusion_depth)
+    kept: int = 0  # shared: isl members kept as shared loops
+    tuned: tuple[str, ...] = ()  # the decisions taken from the override
+
+
+def _choice(opts, key: str, attr: str):
+    """The override of `attr` for band `key`, or None where the pass decides."""
+    c = opts.bands.get(key)
+    v = getattr(c, attr, None) if c is not None else None
+    return None if v is None or v == () else v
 
 
 @dataclass
@@ -100,6 +136,7 @@ class Shaped:
     notes: list[str]
     tiles: dict[str, tuple[int, ...]]  # band description -> tile sizes used
     coalesced: dict[str, "Coalesced"] = field(default_factory=dict)
+    bands: dict[str, BandFacts] = field(default_factory=dict)  # band key -> what was decided for it
 
 
 @dataclass(frozen=True)
@@ -319,20 +356,34 @@ def _dim_strides(s: Statement, opts: TreeOptions) -> dict[int, int] | None:
     return flat_strides(s, m, shape)
 
 
-def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, notes) -> tuple:
+def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, notes, decided=None) -> tuple:
     """The statement's own inner band: its unpinned dims, stride-1 innermost; (exprs, coincident,
-    mark, isolate, tail), tail: None or its coalesced member as (index, dims, extents, lanes)."""
+    mark, isolate, tail), tail: None or its coalesced member as (index, dims, extents, lanes).
+    A band override (`opts.bands`, key "own:<statement>") may set the order of the dims, the
+    parallel member and whether the innermost is vectorised; `decided` receives its BandFacts."""
     dims = [q for q in range(len(s.dims)) if q not in pinned]
     ext = extents(s)
     dims = [q for q in dims if ext[q] > 1] or dims[-1:]
     if not dims:
         return None
+    key = band_key("own", [s.name])
+    base, tuned = list(dims), []
+    order = _choice(opts, key, "order")
+    if order is not None and sorted(order) != list(range(len(base))):
+        notes.append(f"order: {s.name}: tuned order {list(order)} ignored: not a permutation of its "
+                     f"{len(base)} loop(s)")
+        order = None
     best, writes = stride1_dims(s)
-    if opts.stride1_innermost and best in dims and dims[-1] != best:
+    if order is not None:
+        dims = [base[k] for k in order]
+        tuned.append("order")
+        notes.append(f"order: band [{s.name}]: {[s.dims[q] for q in dims]} (tuned)")
+    elif opts.stride1_innermost and best in dims and dims[-1] != best:
         dims = [q for q in dims if q != best] + [best]
         notes.append(f"order: {s.name}: {s.dims[best]} (stride 1 in its largest array) moved innermost")
     co_dims = _coincident_dims(s)
-    strides = _dim_strides(s, opts) if opts.stride1_innermost and s.kind == "update" and len(dims) > 2 else None
+    strides = _dim_strides(s, opts) if opts.stride1_innermost and s.kind == "update" and len(dims) > 2 \
+        and order is None else None
     if strides is not None:
         # a reduction walks its input in storage order: the outer parallel dims by their stride
         # in it. A BatchNorm channel sum over [n, c, 3 chunks of 19 rows] ran n, chunk, c, each
@@ -371,7 +422,11 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
     elif chunked:
         widen = (min(CHUNK_REGISTERS, opts.column_registers.get(s.name, 1)),
                  "independent add chains in each row step of a chunk")
-    split = got is None and (tail is not None or dims[last] in writes) and _vector_split(
+    vector = _choice(opts, key, "vector")
+    if vector is False:
+        tuned.append("vector")
+        notes.append(f"vector: band [{s.name}]: scalar (tuned)")
+    split = vector is not False and got is None and (tail is not None or dims[last] in writes) and _vector_split(
         model, opts, [s], exprs, coincident, last, notes, s.name, isolate if tail is None else None,
         tail=tail, widen=widen)
     if split and column and not column_blocks(model, s, s.dims[dims[last]], exprs, coincident, isolate, opts, notes):
@@ -387,9 +442,26 @@ def _statement_band(model, s: Statement, pinned: set[int], opts: TreeOptions, no
         chunk_rows(model, s, exprs, coincident, isolate, notes)
     if split:
         mark[len(coincident) - 1] = VECTOR
-    if opts.parallel and not pinned and coincident[0] and 0 not in mark and \
+    may_parallel = bool(opts.parallel and not pinned)
+    parallel = _choice(opts, key, "parallel") if may_parallel else None
+    if parallel is not None:
+        tuned.append("parallel")
+        if parallel < 0:
+            notes.append(f"parallel: band [{s.name}]: serial (tuned)")
+        elif parallel < len(coincident) and parallel not in mark:
+            mark[parallel] = PARALLEL
+            notes.append(f"parallel: band [{s.name}]: member {parallel} ({exprs[s.name][parallel]}) (tuned)")
+        else:
+            notes.append(f"parallel: band [{s.name}]: tuned member {parallel} ignored: not a free member of "
+                         f"the {len(coincident)}")
+    elif may_parallel and coincident[0] and 0 not in mark and \
             extent_of(model, [s], exprs, 0) >= max(opts.min_parallel, 2) and _work([s]) >= opts.min_parallel_work:
         mark[0] = PARALLEL
+    if decided is not None:
+        decided[key] = BandFacts(key, (s.name,), tuple(s.dims[q] for q in base), tuple(base.index(q) for q in dims),
+                               True, len(coincident), tuple(coincident),
+                               next((q for q, m in mark.items() if m == PARALLEL), -1), may_parallel,
+                               VECTOR in mark.values(), tuned=tuple(tuned))
     if tail is not None:
         tail = (last, tuple(tail[s.name]), tuple(extents(s)[d] for d in tail[s.name]),
                 extent_of(model, [s], exprs, last + 1) if split else 1)
@@ -433,6 +505,7 @@ def _shape(model: PolyModel, deps: Deps, groups, opts: TreeOptions, serial: set[
     ctx = model.ctx
     tiles: dict[str, tuple[int, ...]] = {}
     coalesced: dict[str, Coalesced] = {}
+    decided: dict[str, BandFacts] = {}
     order = {s.name: (s.position, 0 if s.kind == "init" else 1) for s in model.statements}
     root = isl.Schedule.from_domain(model.domain).get_root().child(0)
     if len(groups) > 1:
@@ -444,13 +517,13 @@ def _shape(model: PolyModel, deps: Deps, groups, opts: TreeOptions, serial: set[
     for g, (filt, band) in enumerate(groups):
         leaf = root.child(g).child(0) if len(groups) > 1 else root
         if isinstance(band, Merged):
-            leaf = _merged_group(model, leaf, band, opts, notes, tiles, f"part {g}", coalesced, order)
+            leaf = _merged_group(model, leaf, band, opts, notes, tiles, f"part {g}", coalesced, order, decided)
         else:
             stmts = sorted((model.statement(st.get_tuple_name()) for st in sets_of(filt)), key=lambda s: order[s.name])
             here = dataclasses.replace(opts, parallel=False) if _names(filt) <= serial else opts
-            leaf = _group(model, leaf, stmts, band, here, notes, tiles, f"part {g}", coalesced)
+            leaf = _group(model, leaf, stmts, band, here, notes, tiles, f"part {g}", coalesced, decided=decided)
         root = _up_to_depth(leaf, 1)
-    return Shaped(root.get_schedule(), notes, tiles, coalesced)
+    return Shaped(root.get_schedule(), notes, tiles, coalesced, decided)
 
 
 def _up_to_depth(node, depth: int):
@@ -459,7 +532,7 @@ def _up_to_depth(node, depth: int):
     return node
 
 
-def _merged_group(model, leaf, m: Merged, opts, notes, tiles, where, coalesced, order):
+def _merged_group(model, leaf, m: Merged, opts, notes, tiles, where, coalesced, order, decided):
     """The shared loop (parallel when the work allows), and below it each original part built
     as `_group` builds a top-level part, its shared dim pinned and no parallel loop of its own;
     where the shared loops are all of every statement's (`_whole_loops`), one fused band. An
@@ -469,7 +542,7 @@ def _merged_group(model, leaf, m: Merged, opts, notes, tiles, where, coalesced, 
     stmts = [model.statement(n) for n in m.rows]
     if _whole_loops(stmts, m):
         return _group(model, leaf, sorted(stmts, key=lambda s: order[s.name]), _one_band(model, m), opts, notes,
-                      tiles, where, coalesced)
+                      tiles, where, coalesced, decided=decided)
     node = leaf.insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff(m.upas[0]))
     node = node.band_set_permutable(1).band_member_set_coincident(0, 1)
     if _parallel_mark(model, stmts, {s.name: [s.dims[m.rows[s.name][0]]] for s in stmts}, [True], opts, notes, where):
@@ -479,21 +552,24 @@ def _merged_group(model, leaf, m: Merged, opts, notes, tiles, where, coalesced, 
         node = node.band_set_permutable(1).band_member_set_coincident(0, 1)
     riders = find_riders(model, m.parts, m.rows, opts, _arrays) if opts.math else {}
     built = riders and _parts_below_shared(model, node, m, opts, where, order, riders)
-    seq, more_notes, more_tiles, more_coalesced = built or _parts_below_shared(model, node, m, opts, where, order, {})
+    seq, more_notes, more_tiles, more_coalesced, more_decided = built or _parts_below_shared(
+        model, node, m, opts, where, order, {})
     notes += more_notes
     tiles.update(more_tiles)
     coalesced.update(more_coalesced)
+    decided.update(more_decided)
     return seq
 
 
 def _parts_below_shared(model, node, m: Merged, opts, where, order, riders):
     """The sequence of `m`'s parts below the shared loops at band `node`, each built as `_group`
     builds a top-level part; a rider's part is its host's (riders.py). (sequence node, notes,
-    tiles, coalesced), or None when a rider's offset is no sum of its loop iterators there."""
+    tiles, coalesced, band facts), or None when a rider's offset is no sum of its loop iterators there."""
     ctx = model.ctx
     notes: list[str] = []
     tiles: dict = {}
     coalesced: dict = {}
+    decided: dict = {}
     gone = {r.stmt.name for r in riders.values()}
     parts = []
     for f, band in m.parts:
@@ -514,7 +590,7 @@ def _parts_below_shared(model, node, m: Merged, opts, where, order, riders):
                       key=lambda s: order[s.name])
         rest = band.band_split(depth).child(0) if band is not None and band.band_n_member() > depth else None
         node = _group(model, seq.child(c).child(0), part, rest, inner_opts, notes, tiles, f"{where}.{c}",
-                      coalesced, outer={s.name: set(m.rows[s.name]) for s in part}, riders=riders)
+                      coalesced, outer={s.name: set(m.rows[s.name]) for s in part}, riders=riders, decided=decided)
         seq = _up_to_depth(node, seq.get_tree_depth())
     for host, r in riders.items():
         leaf = _leaf_of(seq, r.stmt.name)
@@ -527,7 +603,7 @@ def _parts_below_shared(model, node, m: Merged, opts, where, order, riders):
                      f"{', '.join(sorted(shares))}, and {host} walks "
                      f"{r.array} once in its own order, which {r.stmt.name}'s flat offset follows "
                      "(one loop body: the shared math runs once)")
-    return seq, notes, tiles, coalesced
+    return seq, notes, tiles, coalesced, decided
 
 
 def _leaf_of(node, name: str):
@@ -570,20 +646,27 @@ def _one_band(model, m: Merged):
     return node
 
 
-def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced, outer=None, riders=None):
+def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced, outer=None, riders=None, decided=None):
     """Build one top-level part under `leaf`; returns a node inside what it built. `outer`:
     {statement: dims} that a loop around the part already runs. `riders` {host: Rider}: each
-    rider runs in every band of its host (riders.py)."""
+    rider runs in every band of its host (riders.py). A band override (`opts.bands`, key
+    "shared:<statements>") may set how many of isl's members stay shared and their order;
+    `decided` {band key: BandFacts} receives what was decided for each band built."""
     ctx = model.ctx
     outer = outer or {}
+    decided = {} if decided is None else decided
     names = [s.name for s in stmts]
+    key = band_key("shared", names)
     keep, consts, clashed, block = 0, [], None, None
+    depth_choice = _choice(opts, key, "fusion_depth")
+    fusion_depth = opts.fusion_depth if depth_choice is None else depth_choice
     if band is not None:
         mupa = band.band_get_partial_schedule()
         facts = {s.name: (stride1_dims(s)[0], extents(s)) for s in stmts}
         for q in range(band.band_n_member()):
-            if q >= opts.fusion_depth:
-                notes.append(f"fusion: {where}: stopped at fusion_depth={opts.fusion_depth} shared loop(s)")
+            if q >= fusion_depth:
+                notes.append(f"fusion: {where}: stopped at fusion_depth={fusion_depth} shared loop(s)"
+                             + (f" (band [{','.join(sorted(names))}], tuned)" if depth_choice is not None else ""))
                 break
             dims = member_dims(mupa.get_at(q))
             hits = [dims.get(n) for n in names]
@@ -634,18 +717,34 @@ def _group(model, leaf, stmts, band, opts, notes, tiles, where, coalesced, outer
             notes.append(f"fusion: {where}: {len(stmts)} statement(s) fused under {keep} shared loop(s) "
                          f"({', '.join(stmts[0].dims[consts[q][stmts[0].name][0]] for q in range(keep))} of "
                          f"{stmts[0].name})")
-        if keep and opts.stride1_innermost and band.band_get_permutable():
+        isl_dims = list(exprs[names[0]])
+        order = _choice(opts, key, "order")
+        if order is not None and sorted(order) != list(range(keep)):
+            notes.append(f"order: band [{','.join(sorted(names))}]: tuned order {list(order)} ignored: not a permutation "
+                         f"of its {keep} shared loop(s)")
+            order = None
+        if order is not None:
+            exprs, coincident = _reordered(exprs, coincident, list(order))
+            notes.append(f"order: band [{','.join(sorted(names))}]: {exprs[names[0]]} (tuned)")
+        elif keep and opts.stride1_innermost and band.band_get_permutable():
             exprs, coincident = _stride1_last(stmts, exprs, coincident, pinned, opts, notes, where)
             exprs, coincident = _storage_order(stmts, exprs, coincident, pinned, opts, notes, where)
+        used = tuple(isl_dims.index(e) for e in exprs[names[0]])
         if block:  # innermost of the shared loops: the blocks run inside a thread's rows
             for n, e in block.items():
                 exprs[n].append(e)
             coincident.append(True)
         leaf = _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tiles, where,
-                           coalesced, riders)
+                           coalesced, riders, decided)
+        if key in decided:
+            tuned = tuple(t for t, c in (("fusion_depth", depth_choice), ("order", order)) if c is not None)
+            decided[key] = dataclasses.replace(
+                decided[key], dims=tuple(isl_dims), order=used, permutable=bool(band and band.band_get_permutable()),
+                isl_members=band.band_n_member() if band is not None else 0, kept=keep,
+                tuned=tuned + decided[key].tuned)
     # below a block loop (which may be the parallel one) the statements' own loops stay serial
     inner_opts = dataclasses.replace(opts, parallel=False) if block else opts
-    inner = [(s, _statement_band(model, s, pinned[s.name], inner_opts, notes)) for s in stmts]
+    inner = [(s, _statement_band(model, s, pinned[s.name], inner_opts, notes, decided)) for s in stmts]
 
     def place(node, group, spec):
         exprs, coincident, mark, isolate, tail = spec
@@ -739,7 +838,40 @@ def _arrays(um: isl.UnionMap) -> set[str]:
     return {m.get_tuple_name(isl.dim_type.out) for m in maps_of(um)}
 
 
-def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tiles, where, coalesced, riders=None):
+def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tiles, where, coalesced, riders=None,
+                decided=None):
+    """The shared band; a band override (key "shared:<statements>") may set its tile sizes, its
+    parallel member and whether its innermost member is vectorised."""
+    key = band_key("shared", [s.name for s in stmts])
+    label = f"band [{key.split(':', 1)[1]}]"
+    tile, vector_choice = _choice(opts, key, "tile"), _choice(opts, key, "vector")
+    tuned = ["tile"] * (tile is not None) + ["vector"] * (vector_choice is False)
+    if tile is not None:
+        opts = dataclasses.replace(opts, tile=tuple(tile))
+    if vector_choice is False:
+        notes.append(f"vector: {label}: scalar (tuned)")
+    parallel_choice = _choice(opts, key, "parallel") if opts.parallel else None
+    if parallel_choice is not None:
+        tuned.append("parallel")
+
+    def done(node, texprs, tco, mark, sizes=()):
+        if decided is not None:
+            decided[key] = BandFacts(key, tuple(s.name for s in stmts), (), (), False, len(tco), tuple(tco),
+                                     next((q for q, m in mark.items() if m == PARALLEL), -1), bool(opts.parallel),
+                                     VECTOR in mark.values(), tuple(sizes), tuned=tuple(tuned))
+        return node
+
+    def parallel_mark(texprs, tco):
+        if parallel_choice is None:
+            return _parallel_mark(model, stmts, texprs, tco, opts, notes, where)
+        if parallel_choice < 0:
+            notes.append(f"parallel: {label}: serial (tuned)")
+            return {}
+        if parallel_choice >= len(tco):
+            notes.append(f"parallel: {label}: tuned member {parallel_choice} ignored: the band has {len(tco)}")
+            return {}
+        notes.append(f"parallel: {label}: member {parallel_choice} ({texprs[stmts[0].name][parallel_choice]}) (tuned)")
+        return {parallel_choice: PARALLEL}
     ctx = model.ctx
     keep = len(coincident)
     transposed = keep >= 2 and len(_stride1_members(stmts, exprs)) > 1  # a big array read across
@@ -747,9 +879,9 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
                                                                      notes, where)) is not None:
         texprs, tco, sizes, isolate = got
         tiles[where] = sizes
-        mark = _parallel_mark(model, stmts, texprs, tco, opts, notes, where)
+        mark = parallel_mark(texprs, tco)
         mark[len(tco) - len(sizes)] = TRANSPOSE
-        return _insert_band(leaf, ctx, stmts, texprs, tco, mark, isolate, riders)
+        return done(_insert_band(leaf, ctx, stmts, texprs, tco, mark, isolate, riders), texprs, tco, mark, sizes)
     if keep >= 2 and (opts.tile or transposed):
         # tile only the members some array walks with stride 1 (the written array's and the
         # transposed read's); the others stay whole loops outside the tiles
@@ -757,28 +889,31 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
         exts = [extent_of(model, stmts, exprs, q) for q in K]
         model_sizes = cache_tile(opts, len(K), exts)
         sizes = tuple(min(t, e) for t, e in zip(tuple(opts.tile[:len(K)]) + model_sizes[len(opts.tile):], exts))
-        why = "config" if opts.tile else "an array is read across its stride-1 dim; cache model (half of L1)"
+        why = "tuned" if tile is not None else "config" if opts.tile else \
+            "an array is read across its stride-1 dim; cache model (half of L1)"
         notes.append(f"tiling: {where}: members {K} of the fused band tiled {list(sizes)} ({why})")
+        if tile is not None:
+            notes.append(f"tiling: {label}: tile {'x'.join(map(str, sizes))} (tuned)")
         tiles[where] = sizes
         rest = [q for q in range(keep) if q not in K]
         size = dict(zip(K, sizes))
         texprs = {n: [v[q] for q in rest] + [f"floor(({v[q]}) / {size[q]})" for q in K] + [v[q] for q in K]
                   for n, v in exprs.items()}
         tco = [coincident[q] for q in rest] + [coincident[q] for q in K] * 2
-        mark = _parallel_mark(model, stmts, texprs, tco, opts, notes, where)
-        if vector_tile(stmts, texprs, tco, K, sizes, exts, opts, notes, where):
+        mark = parallel_mark(texprs, tco)
+        if vector_choice is not False and vector_tile(stmts, texprs, tco, K, sizes, exts, opts, notes, where):
             mark[len(tco) - 1] = VECTOR
-        return _insert_band(leaf, ctx, stmts, texprs, tco, mark, riders=riders)
+        return done(_insert_band(leaf, ctx, stmts, texprs, tco, mark, riders=riders), texprs, tco, mark, sizes)
     all_pinned = not any(_has_inner_loops(s, pinned) for s in stmts)
     tail = None
     if all_pinned:
         # member 0 stays whole for the thread pool
         exprs, coincident, tail = coalesce_tail(model, stmts, exprs, coincident, opts, notes, where,
                                                  first=1 if opts.parallel else 0)
-    mark = _parallel_mark(model, stmts, exprs, coincident, opts, notes, where)
+    mark = parallel_mark(exprs, coincident)
     last = len(coincident) - 1
     isolate = {} if tail is None else None  # coalesced: codegen needs both iterators of the split
-    vector = all_pinned and (tail is not None or all(
+    vector = vector_choice is not False and all_pinned and (tail is not None or all(
         s.dims.index(exprs[s.name][last]) in stride1_dims(s)[1] for s in stmts)) and \
         _vector_split(model, opts, stmts, exprs, coincident, last, notes, where, isolate, tail)
     if vector:
@@ -789,7 +924,7 @@ def _fused_band(model, leaf, stmts, exprs, coincident, pinned, opts, notes, tile
             exts, dims = extents(s), tail[s.name]
             coalesced[s.name] = Coalesced(leaf.get_schedule_depth() + last, tuple(dims),
                                           tuple(exts[d] for d in dims), lanes)
-    return _insert_band(leaf, ctx, stmts, exprs, coincident, mark, isolate, riders)
+    return done(_insert_band(leaf, ctx, stmts, exprs, coincident, mark, isolate, riders), exprs, coincident, mark)
 
 
 def _has_inner_loops(s: Statement, pinned: dict[str, set[int]]) -> bool:

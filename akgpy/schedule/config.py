@@ -107,6 +107,125 @@ def _f(default, domain, doc: str = "", fact: bool = False):
 
 
 @dataclass(frozen=True)
+class Maybe:
+    """None (the pass decides) or a value of `inner`."""
+    inner: typing.Any
+
+    def contains(self, v) -> bool:
+        return v is None or self.inner.contains(v)
+
+    def describe(self) -> str:
+        return f"None or {self.inner.describe()}"
+
+    def schema(self) -> dict:
+        return {"anyOf": [{"type": "null"}, self.inner.schema()]}
+
+    def to_json(self, v):
+        return None if v is None else self.inner.to_json(v)
+
+    def from_json(self, v):
+        return None if v is None else self.inner.from_json(v)
+
+
+@dataclass(frozen=True)
+class Text:
+    """A non-empty string."""
+
+    def contains(self, v) -> bool:
+        return isinstance(v, str) and bool(v)
+
+    def describe(self) -> str:
+        return "a non-empty string"
+
+    def schema(self) -> dict:
+        return {"type": "string", "minLength": 1}
+
+    def to_json(self, v):
+        return v
+
+    def from_json(self, v):
+        return v
+
+
+_MEMBER = Range(0, 63)
+
+
+@dataclass(frozen=True)
+class BandChoice:
+    """The decisions akgpy's tree passes (poly/tree.py) or the contraction template
+    (schedule/plain.py) make for one band, overridden; None or () leaves one to the pass.
+    `key` names the band: "shared:<statements>" (the loops isl fused statements under),
+    "own:<statement>" (a statement's loops below them), "contract:<block>" (a contraction's
+    register-tiled nest); akgpy.tune.space lists the keys of a graph. An override the band
+    cannot take (an order that is no permutation of its members) is ignored and said so in
+    explain(); a parallel or vector loop that carries a dependence is dropped there too."""
+    key: str = _f("", Text(), "the band: shared:<statements>, own:<statement> or contract:<block>")
+    fusion_depth: int | None = _f(None, Maybe(Range(0, 64)), "shared: most of isl's band members kept as shared loops")
+    order: tuple[int, ...] = _f((), Sequence(_MEMBER, 16),
+                                "loop order, outermost first: indices into isl's kept members (shared) or the "
+                                "statement's loops (own)")
+    tile: tuple[int, ...] = _f((), Sequence(Range(1, 1 << 16, log=True), 16), "shared: tile sizes of the tiled members")
+    parallel: int | None = _f(None, Maybe(Range(-1, 63)), "the member of the generated band that runs in "
+                                                          "parallel; -1: none")
+    vector: bool | None = _f(None, Maybe(Choices((False,))), "False: the innermost member is not vectorised")
+    register_tile: tuple[int, ...] = _f((), Sequence(Range(1, 64), 2), "contract: rows x column vectors")
+    pack: bool | None = _f(None, Maybe(BOOL), "contract: B packed into panels (on/off)")
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            dom, v = f.metadata["domain"], getattr(self, f.name)
+            if not dom.contains(v):
+                raise CompileError(f"BandChoice.{f.name} ({self.key!r:.80}) must be {dom.describe()}, got {v!r:.80}")
+        if self.register_tile and len(self.register_tile) != 2:
+            raise CompileError(f"BandChoice.register_tile ({self.key!r:.80}) must be (rows, column vectors), "
+                               f"got {self.register_tile!r}")
+
+    @classmethod
+    def domains(cls) -> dict:
+        return {f.name: f.metadata["domain"] for f in dataclasses.fields(cls)}
+
+
+@dataclass(frozen=True)
+class Record:
+    """One BandChoice (JSON: an object of its key and the fields it overrides)."""
+
+    def contains(self, v) -> bool:
+        return isinstance(v, BandChoice)
+
+    def describe(self) -> str:
+        return "a BandChoice"
+
+    def schema(self) -> dict:
+        props = {n: d.schema() for n, d in BandChoice.domains().items()}
+        return {"type": "object", "properties": props, "required": ["key"], "additionalProperties": False}
+
+    def to_json(self, c):
+        # the fields left to the pass are left out: a record reads as what it overrides
+        return {n: d.to_json(getattr(c, n)) for n, d in BandChoice.domains().items()
+                if n == "key" or getattr(c, n) not in (None, ())}
+
+    def from_json(self, d):
+        if not isinstance(d, dict):
+            return d  # contains() refuses it, naming the field
+        doms = BandChoice.domains()
+        unknown = sorted(set(d) - set(doms))
+        if unknown:
+            raise CompileError(f"ScheduleConfig.bands entry {d.get('key')!r:.80} has unknown field(s) {unknown}")
+        return BandChoice(**{n: doms[n].from_json(x) for n, x in d.items()})
+
+
+@dataclass(frozen=True)
+class Bands(Sequence):
+    """A tuple of BandChoice records with distinct keys."""
+
+    def contains(self, v) -> bool:
+        return super().contains(v) and len({c.key for c in v}) == len(v)
+
+    def describe(self) -> str:
+        return f"a tuple of at most {self.max_len} BandChoice records with distinct keys"
+
+
+@dataclass(frozen=True)
 class ScheduleConfig:
     # hardware fact (moves to Target): width of one vector register, lanes = vector_bytes // element size
     vector_bytes: int = _f(64, Choices((16, 32, 64)), fact=True)
@@ -185,6 +304,10 @@ class ScheduleConfig:
     # stride-1 read run merged where every layout keeps it together (akgpy/graph/collapse.py);
     # False lowers the graph's own dims (what the tile planner's tests pin down)
     collapse_dims: bool = _f(True, BOOL)
+    # per-band overrides of the tree passes' and the contraction template's decisions (tile
+    # sizes, loop order, parallel/vector member, fusion depth, register tile, packing); () = the
+    # passes decide everywhere. akgpy.tune.space lists a graph's bands and what each may take
+    bands: tuple = _f((), Bands(Record(), 4096), "per-band overrides (BandChoice records); () = the passes decide")
 
     def __post_init__(self):
         for f in dataclasses.fields(self):

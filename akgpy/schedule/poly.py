@@ -32,7 +32,7 @@ from tvm import ir, s_tir
 from ..errors import AkgpyError
 from ..poly import IllegalSchedule, compute_schedule_bounded, dependences, describe, extract
 from ..poly.checks import legal_marks
-from ..poly.explain import tree_lines
+from ..poly.explain import WHO_DECIDES, band_lines, tree_lines
 from ..poly.isl_util import maps_of, sets_of
 from ..poly.model import statement_count
 from ..poly.scheduler import ModelTooLarge, check_size
@@ -40,12 +40,13 @@ from ..poly.access import array_size, extents
 from ..poly.tree import PARALLEL, VECTOR, TreeOptions, shape
 from ..te.builders import LANE_PARTIALS
 from ..te.lower import Lowered
-from .config import ScheduleConfig, default_config
+from ..target import Target
+from .config import ScheduleConfig
 from .isl_ast import realize
 from .kept import WIDE_MATH_INSTANCES, blocks_of, kept_blocks, math_sources, roundings
 from .plain import inline_injective, plain_schedule, root_blocks, tvm_dtype_bits
 from .prepass import chunk_column_sums, rfactor_rows, uses_vector_math, wide_partials
-from .stream import LATENCY_ATTR, stream_candidates
+from .stream import LATENCY_ATTR
 from .transpose import copy_parts
 
 # the math blocks that statements share with the reductions in whose loops they run
@@ -84,28 +85,32 @@ def _with_path(mod: ir.IRModule, path: SchedulePath) -> ir.IRModule:
     return ir.IRModule({"main": func})
 
 
-def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s: float | None = None,
-                  relower: Callable[[], Lowered] | None = None):
-    """(IRModule, report): the report is the explain() text of the decisions. `relower` gives the
-    graph lowered for scalar loops (libm math), which the plain fallback runs faster."""
-    cfg = cfg or default_config()
+def poly_schedule(low: Lowered, cfg: ScheduleConfig, target: Target, *, timeout_s: float | None = None,
+                  relower: Callable[[], Lowered] | None = None, decided: dict | None = None,
+                  streams: bool = False):
+    """(IRModule, report): the report is the explain() text of the decisions. `target` gives the
+    hardware facts (vector width, caches, threads). `relower` gives the graph lowered for scalar
+    loops (libm math), which the plain fallback runs faster. `streams`: the target's backend will
+    write some outputs with streaming stores (Backend.streams), which the tree passes plan for. `decided`,
+    when given, receives {band key: poly.tree.BandFacts} of the tree passes (what a tuner may
+    override, akgpy.tune.space)."""
     timeout_s = cfg.isl_timeout_s if timeout_s is None else timeout_s
     report: list[str] = []
 
     def fallback(reason: str):
         report.insert(0, f"schedule path: plain (poly fell back: {reason})")
-        mod = plain_schedule(relower() if relower else low, cfg).mod
+        mod = plain_schedule(relower() if relower else low, cfg, target).mod
         return _with_path(mod, SchedulePath("plain", fallback=reason)), "\n".join(report)
 
     if any(r == "contract" for r in low.roles.values()):
         notes: list[str] = []
-        mod = _with_path(plain_schedule(low, cfg, notes).mod, SchedulePath("poly/template"))
+        mod = _with_path(plain_schedule(low, cfg, target, notes).mod, SchedulePath("poly/template"))
         return mod, "\n".join([
             "schedule path: poly/template: a contraction (MatMul/Conv2D) runs the register-tiled "
             "template (parallel tiles, epilogue blocks vectorised inside the tile loop)", *notes])
     t0 = time.perf_counter()
     try:
-        func, inlined, rfactored, chunked, math, model, deps, tree = _isl_schedule(low, cfg, timeout_s, report)
+        func, inlined, rfactored, chunked, math, model, deps, tree = _isl_schedule(low, cfg, target, timeout_s, report)
     except ModelTooLarge as e:
         return fallback(f"the model is too large for isl: {e}")
     except TimeoutError:
@@ -116,11 +121,15 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
     except Exception as e:  # the analysis must never stop a valid graph from compiling
         return fallback(f"polyhedral analysis failed: {type(e).__name__}: {e}")
     t1 = time.perf_counter()
-    opts = _tree_options(func, model, cfg, streams=bool(stream_candidates(low, cfg)[0]), chunked=chunked, math=math)
+    opts = _tree_options(func, model, cfg, target, streams=streams, chunked=chunked, math=math)
     as_is = None
+    bands: dict = {}
     try:
         shaped = shape(model, deps, tree, opts)
         final, notes, passes, coalesced = shaped.schedule, shaped.notes, "akgpy passes", shaped.coalesced
+        bands = shaped.bands
+        if decided is not None:
+            decided.update(bands)
     except IllegalSchedule as e:
         as_is = f"passes rejected by the legality check ({e})"
     except Exception as e:
@@ -135,7 +144,7 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
         try:  # same graph, same blocks: the schedule carries over; only the math differs
             scalar = _scalar_math_statements(func, model, final)
             if scalar is not None:
-                libm_func, *_ = _prepass(relower(), cfg)
+                libm_func, *_ = _prepass(relower(), cfg, target)
                 if list(blocks_of(libm_func)) == list(blocks_of(func)):
                     func = libm_func
                     math_note = (f"float32 exp/log/tanh: libm (no statement using them is vectorised: "
@@ -165,7 +174,8 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
                "column sums cut into per-chunk partials beside their producer (rfactor): "
                + (", ".join(f"{r} of {p}" for r, p in chunked.items()) or "none"),
                math_note,
-               "== decisions (" + passes + ")", *notes, *(f"codegen: {n}" for n in codegen_notes),
+               "== decisions (" + passes + ")", WHO_DECIDES, *notes, *(f"codegen: {n}" for n in codegen_notes),
+               "== bands (the decisions a config's bands may override)", *band_lines(bands),
                describe(model, deps, tree).replace("== schedule tree", "== isl schedule tree (before passes)"),
                "== schedule tree (after passes)", *tree_lines(final.get_root()),
                "== isl AST", ast_text.rstrip()]
@@ -178,7 +188,7 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig | None = None, *, timeout_s:
 SERIALIZED_TIMEOUT_S = 2.0
 
 
-def _isl_schedule(low: Lowered, cfg: ScheduleConfig, timeout_s: float, report: list[str]):
+def _isl_schedule(low: Lowered, cfg: ScheduleConfig, target: Target, timeout_s: float, report: list[str]):
     """The pre-passes, the model, its dependences and isl's tree (TimeoutError past the bounds).
 
     isl's default search merges clusters of statements into shared bands, and a dependence
@@ -195,7 +205,7 @@ def _isl_schedule(low: Lowered, cfg: ScheduleConfig, timeout_s: float, report: l
     schedule each strongly connected component on its own (schedule_serialize_sccs), and
     akgpy's passes fuse from there. explain() says which. The first search keeps its full
     bound: on yolo ~3153 (1.7 s of isl then) it gave code 3x faster than the serialized one."""
-    func, inlined, rfactored, chunked, math = _prepass(low, cfg)
+    func, inlined, rfactored, chunked, math = _prepass(low, cfg, target)
     check_size(statement_count(func))
     model = extract(func, low.roles)
     deps = dependences(model)
@@ -231,16 +241,16 @@ def _lane_partials(blocks: dict) -> dict[str, int]:
             if n.endswith(LANE_PARTIALS) and b.writes}
 
 
-def _prepass(low: Lowered, cfg: ScheduleConfig):
+def _prepass(low: Lowered, cfg: ScheduleConfig, target: Target):
     """(func after inlining and row rfactor, inlined block names, rfactored block names, the
     chunked column sums: partials block -> producer block, {block: the inlined vector-math
     blocks it evaluates} (kept.math_sources; an rfactored block's partials evaluate its))."""
     before = [b.name_hint for b in root_blocks(low.func)]
-    sch, left = inline_injective(low, keep=kept_blocks(low.func, low.roles, max(cfg.vector_bytes // 4, 1)))
+    sch, left = inline_injective(low, keep=kept_blocks(low.func, low.roles, max(target.vector_bytes // 4, 1)))
     inlined = [n for n in before if n not in set(left)]
     math = math_sources(low.func, set(inlined)) if cfg.share_math else {}
-    rfactored = rfactor_rows(sch, left, low.roles, cfg)
-    chunked = chunk_column_sums(sch, left, low.roles, cfg)
+    rfactored = rfactor_rows(sch, left, low.roles, cfg, target)
+    chunked = chunk_column_sums(sch, left, low.roles, target)
     math.update({f"{n}_rf": math[n] for n in rfactored if n in math})
     return sch.mod["main"], inlined, rfactored, chunked, math
 
@@ -274,7 +284,7 @@ CHAIN_ROUNDINGS = 6
 LINE_BITS, COLUMN_REGISTERS = 1024, 16
 
 
-def _tree_options(func, model, cfg: ScheduleConfig, streams: bool = False, chunked: dict | None = None,
+def _tree_options(func, model, cfg: ScheduleConfig, target: Target, streams: bool = False, chunked: dict | None = None,
                   math: dict | None = None) -> TreeOptions:
     bits, shapes = {}, {}
     blocks = blocks_of(func)
@@ -296,7 +306,7 @@ def _tree_options(func, model, cfg: ScheduleConfig, streams: bool = False, chunk
         math_rf = s.kind == "update" and s.block.endswith("_rf") and s.block in blocks and wide_partials(blocks[s.block])
         if math_rf:
             wide //= 2  # the partials of vector math: as many lanes as their float32 source
-        lanes[s.name] = max(cfg.vector_bytes * 8 // max(wide, 8), 1)
+        lanes[s.name] = max(target.vector_bytes * 8 // max(wide, 8), 1)
         # interleaved partials wider than a register (te/builders._lane_split widens them so
         # that broadcast operands repeat their lane offsets) run as one vector of them all; so do
         # the partials of a vector-math row sum (prepass: up to math_registers float32 registers
@@ -336,11 +346,12 @@ def _tree_options(func, model, cfg: ScheduleConfig, streams: bool = False, chunk
     return TreeOptions(lanes=lanes, registers=registers, chains=chains, column_registers=column, heavy=heavy,
                        rounding_chains=rounding, copies=copies,
                        transpose_lanes=narrow, tile=cfg.tile,
-                       l1_bytes=cfg.l1_bytes, l2_bytes=cfg.l2_bytes, stride1_innermost=cfg.stride1_innermost,
+                       l1_bytes=target.l1_bytes, l2_bytes=target.l2_bytes, stride1_innermost=cfg.stride1_innermost,
                        fusion_depth=cfg.fusion_depth, parallel=cfg.parallel, min_parallel=cfg.min_parallel,
                        min_parallel_work=cfg.min_parallel_work, input_fusion=cfg.input_fusion, shapes=shapes,
                        array_bits=bits_of, streams=streams, chunked=dict(chunked or {}),
-                       math={s.name: math[s.block] for s in model.statements if s.block in (math or {})})
+                       math={s.name: math[s.block] for s in model.statements if s.block in (math or {})},
+                       bands={c.key: c for c in cfg.bands})
 
 
 def _block_names(sch) -> list[str]:

@@ -320,15 +320,20 @@ class LocalExecutor:
     """Builds on `workers` spawned processes (default: the CPU count), measurements in one
     measurer process, on this machine. One lock keeps builds and measurements apart."""
 
-    def __init__(self, workers: int | None = None, *, measure_threads: int | None = None):
+    BUILD_FN, MEASURE_FN = "akgpy.tune.executor:run_build", "akgpy.tune.measure:run_measure"
+
+    def __init__(self, workers: int | None = None, *, measure_threads: int | None = None,
+                 build_fn: str = BUILD_FN, measure_fn: str = MEASURE_FN):
+        """`build_fn`/`measure_fn` ("module:function", importable in a spawned process): what a
+        worker runs per job (tests inject crashing or hanging candidates there)."""
         self.n_workers = max(1, workers or os.cpu_count() or 1)
         # builds never run kernels: one thread each, so idle pools do not spin on the cores
         build_env = {"TVM_NUM_THREADS": "1", "AKGPY_CACHE": "off"}
         measure_env = {"AKGPY_CACHE": "off"}
         if measure_threads:
             measure_env["TVM_NUM_THREADS"] = str(measure_threads)
-        self._builders = [Worker("akgpy.tune.executor:run_build", build_env) for _ in range(self.n_workers)]
-        self._measurer = Worker("akgpy.tune.measure:run_measure", measure_env)
+        self._builders = [Worker(build_fn, build_env) for _ in range(self.n_workers)]
+        self._measurer = Worker(measure_fn, measure_env)
         self._lock = threading.Lock()
 
     def build(self, jobs: Sequence[BuildJob]) -> list[BuildResult]:

@@ -1,0 +1,283 @@
+"""`tune`: search a graph's schedule space for the fastest kernel that matches the reference.
+
+Trial 0 is the target's default config, so the result is never slower than the default. Each
+round asks the searcher for as many points as there are build workers, rejects illegal points
+before they are built (`Space.legal`), builds the rest in parallel, then measures them one at a
+time (tune/executor.py: builds and measurements never overlap). A failed build, a crash, a
+hang or a mismatch against the reference is a failed trial and the search goes on. At the end
+the five fastest (and the default) are re-timed interleaved, round after round on one
+machine, and the fastest median of those rounds wins. Ctrl-C stops the search and returns
+what finished (without the re-timing).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import AkgpyError
+from .executor import BuildJob, MeasureJob, config_from_json, config_to_json, target_json
+
+TOP = 5  # candidates re-timed interleaved before a winner is kept
+RETIME_ROUNDS = 5
+MAX_ILLEGAL = 1000  # illegal points in a row before the space is taken as exhausted
+
+
+@dataclass
+class Trial:
+    index: int
+    point: dict
+    config: dict  # ScheduleConfig JSON
+    status: str  # "ok" | "illegal" | build "error"/"crash"/"timeout" | measure "mismatch"/"error"/"crash"/"timeout"
+    time_s: float | None = None  # median of the search's repeats
+    error: str | None = None
+    phase: str = ""  # where it failed: "legal", "build" or "measure"
+    finished_s: float = 0.0  # seconds since tuning started
+
+
+@dataclass
+class TuneResult:
+    graph: str  # structural hash
+    target: Any
+    best_config: Any  # ScheduleConfig
+    best_time_s: float | None
+    default_time_s: float | None
+    best_trial: int
+    trials: list[Trial]
+    retimed: dict[int, float] = field(default_factory=dict)  # trial -> median of the interleaved rounds
+    record: Any = None  # what the cache stored, if one did
+    interrupted: bool = False
+    wall_s: float = 0.0
+
+    @property
+    def speedup(self) -> float | None:
+        if not self.best_time_s or not self.default_time_s:
+            return None
+        return self.default_time_s / self.best_time_s
+
+
+def space_for(graph, target):
+    """The graph's search space: `akgpy.tune.space` (tune/space.py), or, where that is absent,
+    a few global knobs of the target's default config (no relevance probe)."""
+    try:
+        from .space import space
+    except ImportError:
+        return _KnobSpace(target)
+    return space(graph, target)
+
+
+@dataclass(frozen=True)
+class _Dimension:
+    name: str
+    values: tuple
+
+
+class _KnobSpace:
+    KNOBS = {"vector_bytes": (16, 32, 64), "tile_i": (2, 4, 6, 8), "tile_j_vectors": (1, 2, 3, 4),
+             "fusion_depth": (0, 1, 2, 8), "math_registers": (1, 2, 4, 8), "min_parallel_work": (1024, 4096, 65536),
+             "prefetch_bytes": (0, 512, 2048), "stride1_innermost": (True, False)}
+
+    def __init__(self, target):
+        from ..schedule.config import default_config
+        self.base = default_config(target)
+        self.dimensions = []
+        for name, values in self.KNOBS.items():
+            d = getattr(self.base, name)
+            self.dimensions.append(_Dimension(name, (d, *[v for v in values if v != d])))
+
+    def default(self) -> dict:
+        return {d.name: d.values[0] for d in self.dimensions}
+
+    def config(self, point: dict):
+        return self.base.replace(**point)
+
+    def legal(self, point: dict) -> tuple[bool, str]:
+        try:
+            self.config(point)
+        except AkgpyError as e:
+            return False, str(e)
+        return True, ""
+
+
+def _resolve_target(target):
+    try:
+        from ..target import resolve_target
+    except ImportError:
+        return target
+    return resolve_target(target)
+
+
+def _data_bytes(g) -> int:
+    from .. import dtypes
+    names = list(g.inputs) + list(g.real_outputs)
+    return sum(g.tensors[n].size * dtypes.to_numpy(g.tensors[n].dtype).itemsize for n in names)
+
+
+def _llc_bytes(target) -> int:
+    llc = getattr(target, "llc_bytes", None)
+    if llc:
+        return llc
+    from ..targets.llvm import host_llc_bytes
+    return host_llc_bytes()[0]
+
+
+def tune(graph, target=None, *, trials: int = 64, time_budget_s: float | None = None, workers: int | None = None,
+         search: str = "tpe", seed: int = 0, cache=None, executor=None,
+         progress: Callable[[Trial, TuneResult], None] | None = None, repeats: int = 9,
+         measure_timeout_s: float = 60.0, schedule: str = "poly") -> TuneResult:
+    """Tune `graph` (a Graph or composite JSON) for `target`; see the module doc.
+
+    trials: candidates built and measured, the default included; time_budget_s: no new round
+    starts after it; workers: parallel builds (default: the CPU count); search: "tpe" or
+    "random"; cache: where the result is stored (None: the user cache unless AKGPY_CACHE=off;
+    False: nowhere); executor: a tune.executor.Executor (default: a LocalExecutor, closed at
+    the end); progress(trial, partial_result) after each finished trial."""
+    from ..frontends.composite import load_composite
+    from ..graph.ir import Graph
+    from .executor import LocalExecutor
+    from .search import make_searcher
+
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
+        raise AkgpyError(f"tune: trials must be a positive int, got {trials!r}")
+    if time_budget_s is not None and not time_budget_s > 0:
+        raise AkgpyError(f"tune: time_budget_s must be > 0 seconds, got {time_budget_s!r}")
+    t0 = time.monotonic()
+    g = graph if isinstance(graph, Graph) else load_composite(graph)
+    tgt = _resolve_target(target)
+    sp = space_for(g, tgt)
+    searcher = make_searcher(search, sp.dimensions, seed)
+    own = executor is None
+    ex = executor or LocalExecutor(workers)
+    batch = max(1, workers or getattr(ex, "n_workers", 1))
+    # jobs carry the target as the caller named it: compile_graph resolves it in the worker
+    text, tjson = g.to_composite(), target_json(target)
+    flush = _flush_bytes(g, tgt)
+    history: list[Trial] = []
+    result = TuneResult(g.hash(), tgt, None, None, None, 0, history)
+    jobs: dict[int, BuildJob] = {}
+    artifacts: dict[int, tuple[bytes, dict]] = {}
+
+    def finish(trial: Trial) -> None:
+        trial.finished_s = time.monotonic() - t0
+        history.append(trial)
+        if trial.status == "ok" and (result.best_time_s is None or trial.time_s < result.best_time_s):
+            result.best_time_s, result.best_trial = trial.time_s, trial.index
+        if progress is not None:
+            progress(trial, result)
+
+    def run_round(points: list[dict]) -> None:
+        trials_ = []
+        for point in points:
+            cfg = config_to_json(sp.config(point))
+            trials_.append(Trial(len(history) + len(trials_), point, cfg, "pending"))
+        built = ex.build([BuildJob(t.index, text, t.config, tjson, schedule) for t in trials_])
+        measure_jobs, waiting = [], []
+        for t, b in zip(trials_, built):
+            if b.status != "ok":
+                t.status, t.error, t.phase = b.status, b.error, "build"
+                continue
+            artifacts[t.index] = (b.artifact, b.manifest)
+            measure_jobs.append(MeasureJob(t.index, text, b.artifact, b.manifest, tjson, seed=seed, repeats=repeats,
+                                           flush_bytes=flush, timeout_s=measure_timeout_s))
+            waiting.append(t)
+        for t, m in zip(waiting, ex.measure(measure_jobs)):
+            if m.status == "ok":
+                t.status, t.time_s = "ok", m.median_s
+            else:
+                t.status, t.error, t.phase = m.status, m.error, "measure"
+        for t in trials_:
+            searcher.tell(t.point, t.time_s)
+            finish(t)
+
+    try:
+        try:
+            default = sp.default()
+            run_round([default])
+            result.default_time_s = history[0].time_s
+            illegal = 0
+            while sum(t.status != "illegal" for t in history) < trials:
+                if time_budget_s is not None and time.monotonic() - t0 >= time_budget_s:
+                    break
+                left = trials - sum(t.status != "illegal" for t in history)
+                points = []
+                while len(points) < min(batch, left):
+                    p = searcher.ask()
+                    if p is None:
+                        break
+                    ok, why = sp.legal(p)
+                    if ok:
+                        points.append(p)
+                        continue
+                    illegal += 1
+                    searcher.tell(p, None)
+                    finish(Trial(len(history), p, {}, "illegal", error=why, phase="legal"))
+                    if illegal >= MAX_ILLEGAL:
+                        break
+                if not points:
+                    break
+                illegal = 0
+                run_round(points)
+        except KeyboardInterrupt:
+            result.interrupted = True
+        if not result.interrupted:
+            try:
+                _retime(ex, result, artifacts, text, tjson, flush, measure_timeout_s, seed)
+            except KeyboardInterrupt:
+                result.interrupted = True
+    finally:
+        if own:
+            ex.close()
+    ok = [t for t in history if t.status == "ok"]
+    if not ok:
+        raise AkgpyError(f"tune: no candidate of {g.name} built, ran and matched the reference "
+                         f"({len(history)} trials; first failure: {history[0].status}: {history[0].error})")
+    result.best_config = config_from_json(history[result.best_trial].config)
+    result.wall_s = time.monotonic() - t0
+    result.record = _store(cache, g, tgt, result, artifacts.get(result.best_trial))
+    return result
+
+
+def _flush_bytes(g, target) -> int:
+    from .measure import flush_bytes_for
+    return flush_bytes_for(_data_bytes(g), _llc_bytes(target))
+
+
+def _retime(ex, result: TuneResult, artifacts, text, tjson, flush, timeout_s, seed) -> None:
+    """Re-time the TOP fastest trials and the default interleaved (round robin on one machine);
+    the fastest median over all rounds becomes the best."""
+    ok = sorted((t for t in result.trials if t.status == "ok"), key=lambda t: t.time_s)
+    chosen = [t.index for t in ok[:TOP]]
+    if result.trials and result.trials[0].status == "ok" and 0 not in chosen:
+        chosen.append(0)
+    if len(chosen) < 2:
+        return
+    jobs = [MeasureJob(i, text, *artifacts[i], tjson, seed=seed, warmup=1, repeats=3, flush_bytes=flush, check=False,
+                       timeout_s=timeout_s)
+            for _ in range(RETIME_ROUNDS) for i in chosen]
+    times: dict[int, list[float]] = {i: [] for i in chosen}
+    failed: set[int] = set()
+    for m in ex.measure(jobs):
+        if m.status == "ok":
+            times[m.trial].extend(m.times)
+        else:  # a candidate that ran before and fails now cannot be trusted to win
+            failed.add(m.trial)
+    for i, ts in times.items():
+        if i not in failed and ts:
+            ts = sorted(ts)
+            result.retimed[i] = ts[len(ts) // 2] if len(ts) % 2 else 0.5 * (ts[len(ts) // 2 - 1] + ts[len(ts) // 2])
+    if result.retimed:
+        best = min(result.retimed, key=result.retimed.get)
+        result.best_trial, result.best_time_s = best, result.retimed[best]
+        if 0 in result.retimed:
+            result.default_time_s = result.retimed[0]
+
+
+def _store(cache, g, target, result: TuneResult, artifact):
+    """The tuned record into the cache (`akgpy.tune.cache`); None where nothing was stored."""
+    if cache is False:
+        return None
+    try:
+        from .cache import store_tuned
+    except ImportError:
+        return None
+    return store_tuned(cache, g, target, result, artifact)

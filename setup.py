@@ -11,10 +11,11 @@ setup(
     install_requires=["islpy", "apache-tvm==0.27.*", "numpy>=1.24", "sympy"],
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6", "pytest-timeout>=2.2", "pytest-xdist>=3", "onnx>=1.16",
-                 "onnxruntime>=1.18", "ray>=2.9"],
+                 "onnxruntime>=1.18", "ray>=2.9", "optuna>=3.4"],
         "onnx": ["onnx>=1.16"],
         "torch": ["torch"],
         "distributed": ["ray>=2.9"],  # akgpy-tune --ray
+        "tune": ["optuna>=3.4"],  # search="tpe" (tune/search.py); search="random" needs nothing
         "cli": ["rich>=13", "matplotlib>=3.7"],  # akgpy-tune's progress bar and report plots (optional)
     },
     entry_points={"console_scripts": ["akgpy-tune = akgpy.tune.cli:main"]},

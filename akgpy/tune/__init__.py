@@ -5,6 +5,7 @@ from importlib import import_module
 # public name -> the submodule that defines it
 _EXPORTS = {
     "Cache": "cache", "CacheKey": "cache", "Record": "cache", "stats": "cache",
+    "tune": "tuner", "TuneResult": "tuner", "Trial": "tuner",
 }
 
 __all__ = sorted(_EXPORTS)

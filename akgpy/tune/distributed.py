@@ -116,6 +116,11 @@ class RayExecutor:
     def nodes(self) -> int:
         return len(self._actors)
 
+    @property
+    def n_workers(self) -> int:
+        """Builds that can run at once: the cluster's CPUs (the tuner sizes its rounds by it)."""
+        return max(1, int(self._ray.cluster_resources().get("CPU", 1)))
+
     def build(self, jobs: Sequence[BuildJob]) -> list[BuildResult]:
         ray = self._ray
         with self._cond:

@@ -17,6 +17,9 @@ WIDE = akgpy.ScheduleConfig(vector_bytes=64)
 def pytest_configure(config):
     # Kernels of one test must not fight the other xdist worker for cores.
     os.environ.setdefault("TVM_NUM_THREADS", "1" if os.environ.get("PYTEST_XDIST_WORKER") else "2")
+    # every test compiles: none reads or writes the user's compile cache; tests/test_cache.py
+    # opts in with a temporary directory
+    os.environ["AKGPY_CACHE"] = "off"
 
 
 @pytest.fixture(scope="session")

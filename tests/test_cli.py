@@ -140,3 +140,146 @@ def test_bad_input_is_a_clear_error(tmp_path, case):
     assert re.search(expect, r.stderr), r.stderr
     assert "Traceback" not in r.stderr
     assert time.monotonic() - t0 < 60  # refused before any tuning
+
+
+# -- akgpy-tune cache ... ----------------------------------------------------------------------
+
+def _filled_cache(tmp_path):
+    from akgpy.tune.cache import Cache, CacheKey, Record
+    c = Cache(tmp_path / "cache", key_file=tmp_path / "secret.key")  # the key outside the cache dir
+    records = []
+    for i, g in enumerate(("a" * 64, "b" * 64)):
+        key = CacheKey(g, "f" * 16, "llvm-so/1", "poly", "s" * 16, "{}", "{}", "default")
+        r = Record(key, {"unroll": False}, 1e-3 * (i + 1), 2e-3 * (i + 1), [{"index": 0, "status": "ok"}],
+                   artifact=bytes(range(256)) * 8, manifest={"entry": f"k{i}"})
+        c.put(r)
+        records.append(r)
+    return c, records
+
+
+def _cache_cli(args, tmp_path):
+    env = _env(tmp_path)
+    env["AKGPY_CACHE_KEY"] = str(tmp_path / "secret.key")
+    return subprocess.run([sys.executable, "-m", "akgpy.tune.cli", "cache", "--cache", str(tmp_path / "cache"),
+                           *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_cache_ls_show_verify_clear(tmp_path):
+    c, records = _filled_cache(tmp_path)
+    r = _cache_cli(["ls"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 3 and lines[0].split()[0] == "key"
+    assert {ln.split()[0] for ln in lines[1:]} == {rec.digest[:12] for rec in records}
+    assert "2 records" in r.stderr
+
+    r = _cache_cli(["show", records[1].digest[:10]], tmp_path)
+    assert r.returncode == 0, r.stderr
+    shown = json.loads(r.stdout)
+    assert shown["digest"] == records[1].digest and shown["best_s"] == 2e-3 and shown["artifact_bytes"] == 2048
+    assert shown["key"]["graph"] == "b" * 64
+    r = _cache_cli(["show", "zzz"], tmp_path)
+    assert r.returncode == 2 and "no record whose key starts with 'zzz'" in r.stderr
+
+    r = _cache_cli(["verify"], tmp_path)
+    assert r.returncode == 0 and "every record" in r.stderr
+    import sqlite3  # a flipped artifact byte: verify names the record and fails
+    db = sqlite3.connect(tmp_path / "cache" / "cache.sqlite3")
+    blob = bytearray(records[0].artifact)
+    blob[100] ^= 1
+    db.execute("UPDATE records SET artifact = ? WHERE digest = ?", (bytes(blob), records[0].digest))
+    db.commit()
+    db.close()
+    r = _cache_cli(["verify"], tmp_path)
+    assert r.returncode == 1 and f"bad record {records[0].digest[:12]}" in r.stderr and "1 bad records" in r.stderr
+    r = _cache_cli(["verify"], tmp_path)  # verify only reports: the record is still there, still bad
+    assert r.returncode == 1
+
+    r = _cache_cli(["clear"], tmp_path)
+    assert r.returncode == 2 and "--yes" in r.stderr
+    r = _cache_cli(["clear", "--yes"], tmp_path)
+    assert r.returncode == 0 and "removed 2 records" in r.stderr
+    assert _cache_cli(["ls"], tmp_path).stdout.strip().splitlines()[1:] == []
+
+
+# -- tuning end to end -------------------------------------------------------------------------
+
+def test_tune_end_to_end_with_report_and_schedules(tmp_path):
+    (tmp_path / "graphs").mkdir()
+    (tmp_path / "graphs" / "ewise.json").write_text(_ewise("ewise"))
+    (tmp_path / "graphs" / "rowsum.json").write_text(_rowsum("rowsum"))
+    (tmp_path / "graphs" / "ewise_again.json").write_text(_ewise("ewise_again"))  # same graph: tuned once
+    env_key = tmp_path / "secret.key"
+    env = _env(tmp_path)
+    env["AKGPY_CACHE_KEY"] = str(env_key)
+    r = subprocess.run([sys.executable, "-m", "akgpy.tune.cli", "graphs", "--trials", "3", "--workers", "1",
+                        "--search", "random", "--cache", "cache", "--report", "out/report.md",
+                        "--export-schedules", "sched"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr
+    md = (tmp_path / "out" / "report.md").read_text()
+    rows = _table_rows(md)
+    assert set(rows) == {"ewise", "rowsum"}, md
+    for name, cells in rows.items():
+        assert cells[-1] == "tuned"
+        assert int(cells[2]) >= 1 and float(cells[3]) > 0 and float(cells[4]) > 0
+        assert float(cells[4]) <= float(cells[3]) * 1.0001  # the default is trial 0: never slower
+        plot = tmp_path / "out" / "report_plots" / f"{name}.svg"
+        assert plot.read_text().lstrip().startswith("<svg") and f"report_plots/{name}.svg" in md
+
+    from akgpy.frontends.composite import load_composite
+    from akgpy.graph import structural_hash
+    from akgpy.tune import schedules
+    want = {structural_hash(load_composite(tmp_path / "graphs" / f)) for f in ("ewise.json", "rowsum.json")}
+    files = sorted((tmp_path / "sched").iterdir())
+    assert len(files) == 2
+    got = {schedules.read_record(f).graph_hash for f in files}
+    assert got == want
+
+    from akgpy.tune.cache import Cache
+    recs = Cache(tmp_path / "cache", key_file=env_key).records()
+    assert {rec.key.graph for rec in recs if rec.best_s is not None} == want
+
+
+def _wait_for_line(proc, pattern: str, timeout_s: float) -> list[str]:
+    seen, end = [], time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        if re.search(pattern, line):
+            return seen
+    raise AssertionError(f"no line matching {pattern!r} within {timeout_s} s: {''.join(seen)}")
+
+
+def test_ctrl_c_keeps_what_finished(tmp_path):
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / "a_first.json").write_text(_ewise("a_first", 32))
+    (tmp_path / "g" / "b_second.json").write_text(_rowsum("b_second"))
+    (tmp_path / "g" / "c_third.json").write_text(_ewise("c_third", 96))
+    env = _env(tmp_path)
+    env["AKGPY_CACHE_KEY"] = str(tmp_path / "secret.key")
+    proc = subprocess.Popen([sys.executable, "-m", "akgpy.tune.cli", "g", "--trials", "2", "--workers", "1",
+                             "--search", "random", "--cache", "cache", "--report", "r.md"], cwd=tmp_path, env=env,
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        _wait_for_line(proc, r"^\[1/3\] a_first: tuned", 600)
+        _wait_for_line(proc, r"^\[2/3\] tuning b_second", 120)
+        time.sleep(1.0)  # inside the second kernel's tuning
+        proc.send_signal(signal.SIGINT)
+        rest = proc.communicate(timeout=120)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, rest
+    assert "interrupted" in rest
+    rows = _table_rows((tmp_path / "r.md").read_text())
+    assert rows["a_first"][-1] == "tuned"
+    assert "c_third" not in rows
+    from akgpy.frontends.composite import load_composite
+    from akgpy.graph import structural_hash
+    from akgpy.tune.cache import Cache
+    cache = Cache(tmp_path / "cache", key_file=tmp_path / "secret.key")
+    graphs = {rec.key.graph for rec in cache.records() if rec.best_s is not None}
+    assert structural_hash(load_composite(tmp_path / "g" / "a_first.json")) in graphs

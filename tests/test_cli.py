@@ -145,13 +145,19 @@ def test_bad_input_is_a_clear_error(tmp_path, case):
 # -- akgpy-tune cache ... ----------------------------------------------------------------------
 
 def _filled_cache(tmp_path):
+    """Two tuned records for the host target, with artifacts (bytes the CLI never runs)."""
+    from akgpy.schedule.config import ScheduleConfig
+    from akgpy.target import resolve_target
     from akgpy.tune.cache import Cache, CacheKey, Record
     c = Cache(tmp_path / "cache", key_file=tmp_path / "secret.key")  # the key outside the cache dir
+    host, llvm = c.target_for(None)
+    assert host.fingerprint == resolve_target(None).fingerprint
     records = []
     for i, g in enumerate(("a" * 64, "b" * 64)):
-        key = CacheKey(g, "f" * 16, "llvm-so/1", "poly", "s" * 16, "{}", "{}", "default")
-        r = Record(key, {"unroll": False}, 1e-3 * (i + 1), 2e-3 * (i + 1), [{"index": 0, "status": "ok"}],
-                   artifact=bytes(range(256)) * 8, manifest={"entry": f"k{i}"})
+        cfg = ScheduleConfig(unroll=bool(i)).to_json()
+        r = Record(CacheKey.make(g, host, llvm=llvm), cfg, 1e-3 * (i + 1), 2e-3 * (i + 1),
+                   [{"index": 0, "status": "ok"}], artifact=bytes(range(256)) * 8,
+                   manifest={"target": host.to_json(), "kernels": [{"name": f"kernel_{i}"}]})
         c.put(r)
         records.append(r)
     return c, records
@@ -195,11 +201,25 @@ def test_cache_ls_show_verify_clear(tmp_path):
     r = _cache_cli(["verify"], tmp_path)  # verify only reports: the record is still there, still bad
     assert r.returncode == 1
 
+    r = _cache_cli(["export", "shipped"], tmp_path)  # the tampered record is dropped on reading
+    assert r.returncode == 0 and "exported 1 tuned records" in r.stderr, r.stderr
+    from akgpy.tune import schedules
+    [shipped] = schedules.records(tmp_path / "shipped")
+    assert (shipped.graph, shipped.config, shipped.best_s) == ("b" * 64, records[1].config, 2e-3)
+    assert shipped.graph_name == "kernel_1" and shipped.target == records[1].key.target
+
     r = _cache_cli(["clear"], tmp_path)
     assert r.returncode == 2 and "--yes" in r.stderr
     r = _cache_cli(["clear", "--yes"], tmp_path)
-    assert r.returncode == 0 and "removed 2 records" in r.stderr
+    assert r.returncode == 0 and "removed 1 records" in r.stderr
     assert _cache_cli(["ls"], tmp_path).stdout.strip().splitlines()[1:] == []
+
+    # import: the shipped record becomes a tuned record (no artifact) under this akgpy's key
+    r = _cache_cli(["import", "shipped"], tmp_path)
+    assert r.returncode == 0 and "imported 1 records" in r.stderr, r.stderr
+    [back] = c.records()
+    assert back.key == records[1].key and back.config == records[1].config and back.artifact is None
+    assert back.best_s == 2e-3 and back.default_s == 4e-3
 
 
 # -- tuning end to end -------------------------------------------------------------------------

@@ -315,12 +315,17 @@ def _failed(k: Kernel, h: str, error: str):
 
 
 def export_schedules(records, directory: Path) -> int:
-    """Each tuned kernel's record as a shipped text record (akgpy/tune/schedules.py) in directory."""
+    """Each finished kernel's tuned config as a shipped text record (tune/schedules.py) in directory."""
     from . import schedules
-    directory.mkdir(parents=True, exist_ok=True)
+    from .cache import machine
     n = 0
     for k, res in records:
-        schedules.write(directory, k.graph, res)
+        if res.interrupted or res.best_config is None:
+            continue
+        t = res.target
+        schedules.write(directory, schedules.ShippedRecord(
+            res.graph, k.graph.name, t.fingerprint, t.cpu, res.best_config.to_json(), res.best_time_s,
+            res.default_time_s, machine()))
         n += 1
     return n
 
@@ -401,23 +406,52 @@ def cache_verify(args) -> int:
 
 
 def cache_export(args) -> int:
+    """Tuned records (a config found for the default key) as shipped text records: what a
+    reviewer reads and akgpy ships in schedules/."""
     from . import schedules
     c = _cache(args)
     out = Path(args.dir)
-    tuned = [r for r in c.records() if r.best_s is not None]
-    paths = [schedules.export_record(r, out) for r in tuned]
-    print(f"exported {len(paths)} tuned records to {out}", file=sys.stderr)
+    n = 0
+    for r in c.records():
+        if r.config is None or r.best_s is None or r.key.config != "default":
+            continue
+        m = r.manifest or {}
+        target = m.get("target") if isinstance(m.get("target"), dict) else {}
+        kernels = m.get("kernels") or [{}]
+        schedules.write(out, schedules.ShippedRecord(
+            r.key.graph, str(kernels[0].get("name", "graph")), r.key.target, str(target.get("cpu", "")), r.config,
+            r.best_s, r.default_s, r.machine))
+        n += 1
+    print(f"exported {n} tuned records to {out}", file=sys.stderr)
     return EXIT_OK
 
 
 def cache_import(args) -> int:
+    """Shipped text records into the cache as tuned records without an artifact (the first
+    compile builds one). A record is keyed for this akgpy and the target its CPU names; one whose
+    target fingerprint is not what that CPU resolves to here is skipped, named."""
     from . import schedules
+    from .cache import CacheKey, Record
     c = _cache(args)
     src = Path(args.dir)
     if not src.is_dir():
         raise UsageError(f"{src}: not a directory of schedule records")
-    n = schedules.import_records(src, c)
-    print(f"imported {n} records from {src} into {c.dir}", file=sys.stderr)
+    n, skipped = 0, 0
+    for rec in schedules.records(src):
+        try:
+            tgt, llvm = c.target_for({"kind": "llvm", "mcpu": rec.target_cpu} if rec.target_cpu else None)
+        except AkgpyError as e:
+            tgt, llvm = None, str(e)
+        if tgt is None or tgt.fingerprint != rec.target:
+            print(f"skipped {rec.path.name}: its target {rec.target[:12]} ({rec.target_cpu or '?'}) is not one "
+                  f"this machine resolves", file=sys.stderr)
+            skipped += 1
+            continue
+        key = CacheKey.make(rec.graph, tgt, llvm=llvm)
+        c.put(Record(key, rec.config, rec.best_s, rec.default_s, [], rec.machine))
+        n += 1
+    print(f"imported {n} records from {src} into {c.dir}" + (f", {skipped} skipped" if skipped else ""),
+          file=sys.stderr)
     return EXIT_OK
 
 

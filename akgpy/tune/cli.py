@@ -215,7 +215,7 @@ class _Bar:
             self.live.advance(self.overall)
             if self.current is not None:
                 self.live.remove_task(self.current)
-            self.live.console.print(line)
+            self.live.console.print(line, highlight=False, markup=False)
         elif not self.quiet:
             print(line, file=sys.stderr, flush=True)
 

@@ -303,3 +303,24 @@ def test_ctrl_c_keeps_what_finished(tmp_path):
     cache = Cache(tmp_path / "cache", key_file=tmp_path / "secret.key")
     graphs = {rec.key.graph for rec in cache.records() if rec.best_s is not None}
     assert structural_hash(load_composite(tmp_path / "g" / "a_first.json")) in graphs
+
+
+def test_onnx_input_gives_its_kernel_groups_once(tmp_path):
+    pytest.importorskip("onnx")
+    import onnx
+
+    from akgpy import from_onnx, zoo
+    from akgpy.fusion import partition
+    from akgpy.graph import structural_hash
+    from akgpy.tune.cli import collect
+    onnx.save(zoo.bert_layer(seq=16, hidden=32, heads=2, ffn=64)[0], str(tmp_path / "bert.onnx"))
+    (tmp_path / "solo.json").write_text(_ewise("solo"))
+    kernels = collect([tmp_path])
+    part = partition(from_onnx(str(tmp_path / "bert.onnx")))
+    groups = {structural_hash(part.subgraph(g)) for g in part.groups if g.kind == "kernel"}
+    onnx_kernels = [k for k in kernels if k.source.endswith("bert.onnx")]
+    assert {structural_hash(k.graph) for k in onnx_kernels} == groups
+    assert len(groups) < sum(g.kind == "kernel" for g in part.groups)  # the layer repeats some groups
+    assert len(onnx_kernels) == len(groups)  # and each is tuned once
+    assert all(re.fullmatch(r"bert/g\d+", k.name) for k in onnx_kernels)
+    assert [k.name for k in kernels if k.source.endswith("solo.json")] == ["solo"]

@@ -32,9 +32,20 @@ def dump(kernel: str, stage: str, produce) -> None:
     (d / stage).write_text(produce())
 
 
-def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", config=None):
-    """`config`: an akgpy.ScheduleConfig (schedule knobs); None picks the target's defaults."""
+def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", config=None, cache: bool = True):
+    """`config`: an akgpy.ScheduleConfig (schedule knobs); None picks the target's defaults.
+    `cache`: look the kernel up in the compile cache ($AKGPY_CACHE, docs/cache.md) first and
+    store what was compiled; False compiles and stores nothing."""
     from .frontends.composite import load_composite
+
+    if cache:
+        # before anything that imports tvm: a cached kernel loads without it
+        from .tune.cache import compile_cached
+        if schedule not in ("plain", "poly"):
+            raise CompileError(f"unknown schedule {schedule!r}; available: 'plain', 'poly'")
+        g = graph if isinstance(graph, Graph) else load_composite(graph)
+        return compile_cached(g, target, schedule=schedule, config=config,
+                              compile=lambda t, cfg: compile_graph(g, t, schedule=schedule, config=cfg, cache=False))
     from .graph.algebra import exp_blocks, share_exp
     from .graph.collapse import collapse_dims
     from .runtime.program import Program

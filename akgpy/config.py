@@ -19,7 +19,12 @@ class Flag:
 DUMP = Flag("AKGPY_DUMP", "", "directory: every stage writes what it produced there (graph, TVMScript, source)", False)
 NUM_THREADS = Flag("TVM_NUM_THREADS", "", "CPU threads for kernels; akgpy defaults it to all cores at import", False)
 
-FLAGS = {f.name: f for f in (DUMP, NUM_THREADS)}
+CACHE = Flag("AKGPY_CACHE", "~/.cache/akgpy",
+             "directory of the compile cache (docs/cache.md); 'off' compiles every time and stores nothing", False)
+CACHE_KEY = Flag("AKGPY_CACHE_KEY", "~/.config/akgpy/cache.key",
+                 "file holding the per-user HMAC key of cached artifacts (created 0600; keep it outside the cache)", False)
+
+FLAGS = {f.name: f for f in (DUMP, NUM_THREADS, CACHE, CACHE_KEY)}
 
 
 def _cores() -> int:

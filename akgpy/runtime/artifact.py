@@ -58,8 +58,9 @@ def pack(program) -> tuple[bytes, dict]:
         })
         offset += len(code)
     target = program.target
+    g = program.graph
     manifest = {"version": ARTIFACT_VERSION, "format": ARTIFACT_FORMAT,
-                "graph": structural_hash(program.graph), "graph_name": program.graph.name,
+                "graph": structural_hash(g), "graph_name": g.name, "names": [*g.inputs, *g.outputs],
                 "target": target.to_json() if hasattr(target, "to_json") else str(target), "kernels": kernels}
     return b"".join(chunks), manifest
 
@@ -84,20 +85,28 @@ def unpack(graph, data: bytes, manifest: dict, *, target: Any = None, loader: st
                             f"(hash {str(manifest.get('graph'))[:16]}), not from {graph.name!r}")
     kernels = []
     try:
+        # the hash ignores names: a structurally equal graph (a model's repeated group) names its
+        # inputs and outputs otherwise, position for position
+        rename = dict(zip(manifest["names"], [*graph.inputs, *graph.outputs]))
         entries = list(manifest["kernels"])
         for i, m in enumerate(entries):
             code = bytes(data[m["offset"]:m["offset"] + m["size"]])
             if len(code) != m["size"] or hashlib.sha256(code).hexdigest() != m["sha256"]:
                 raise ArtifactError(f"artifact bytes of kernel {m['name']!r} do not match their sha256")
-            params = [ArtifactParam(p["kind"], p["tensor"], tuple(p["shape"]), p["dtype"], int(p["align"]),
-                                    tuple(p["members"])) for p in m["params"]]
+            params = [ArtifactParam(p["kind"], rename.get(p["tensor"], p["tensor"]), tuple(p["shape"]), p["dtype"],
+                                    int(p["align"]), tuple(rename.get(n, n) for n in p["members"]))
+                      for p in m["params"]]
             func = _load(code, m["entry"], params, loader)
             kernels.append(RestoredKernel(
                 m["name"], m["entry"], params, func, schedule_path=m["schedule_path"], schedule_report=m["report"],
                 graph_note=m["graph_note"], code=code, recompile=(lambda i=i: recompile(i)) if recompile else None))
     except (KeyError, TypeError, ValueError) as e:
         raise ArtifactError(f"artifact manifest is malformed: {type(e).__name__}: {e}") from None
-    return Program(graph, kernels, target if target is not None else manifest["target"])
+    if target is None:
+        from ..target import Target
+        target = manifest["target"]
+        target = Target.from_json(target) if isinstance(target, dict) else target
+    return Program(graph, kernels, target)
 
 
 def _export(kernel) -> bytes:

@@ -392,7 +392,7 @@ def _operand_reads(blk) -> list:
     return [(i, r) for i, r in enumerate(blk.reads) if not r.source.same_as(out)]
 
 
-def _pack_panels(sch, block, rows: int, ti: int, tj: int, cfg: ScheduleConfig) -> bool:
+def _pack_panels(sch, block, rows: int, ti: int, tj: int, cfg: ScheduleConfig, force: bool = False) -> bool:
     """Lay B out as panels [N / tj, K, tj] (one tile's columns contiguous along K) before the
     tiles run, when B is a 2-d matrix larger than L1 with long rows (PACK_MIN_ROW_BYTES) that
     many rows of A read (PACK_MIN_ROWS). Read in place, each step of the reduction loads a
@@ -401,7 +401,8 @@ def _pack_panels(sch, block, rows: int, ti: int, tj: int, cfg: ScheduleConfig) -
     alone, interleaved: [2048, 768] x [768, 3072] 112 -> 64 ms (86 -> 150 GFLOPS), 128 x 3072
     x 768 9.6 -> 7.4 ms, 512 x 768 x 768 0.81x, 768^3 0.97x; yolo's NZ MatMuls 0.63-0.74x. A
     kernel input is copied into the panels (cache_read); a packed operand the kernel computes
-    (a transposed or fractal B) is written in that layout directly."""
+    (a transposed or fractal B) is written in that layout directly. `force` (a tuned choice):
+    pack wherever the layout allows, whatever the sizes."""
     blk = sch.get(block)
     reads = _operand_reads(blk)
     if len(reads) != 2 or reads[0][1].source.same_as(reads[1][1].source):
@@ -415,7 +416,8 @@ def _pack_panels(sch, block, rows: int, ti: int, tj: int, cfg: ScheduleConfig) -
     row_bytes = n * tvm_dtype_bits(b.dtype) // 8
     size = k * row_bytes
     past_tlb = PACK_TLB_BYTES <= size <= cfg.llc_bytes and rows >= PACK_TLB_MIN_ROWS
-    if n % tj or (rows < PACK_MIN_ROWS and not past_tlb) or row_bytes < PACK_MIN_ROW_BYTES or size <= cfg.l1_bytes:
+    if n % tj or not force and ((rows < PACK_MIN_ROWS and not past_tlb) or row_bytes < PACK_MIN_ROW_BYTES
+                                or size <= cfg.l1_bytes):
         return False
     root = sch.get(sch.get_sblock("root"))
     copy = None
@@ -497,8 +499,22 @@ def _pad_rows(sch, block, kinds: list, ti: int, widen):
     return stage, crop
 
 
+def contraction_key(block_name: str) -> str:
+    """The band key (as poly/tree.band_key spells them) of a contraction's register-tiled nest."""
+    return f"contract:{block_name}"
+
+
+def _contraction_choice(cfg: ScheduleConfig, block_name: str):
+    """The contraction's override record in `cfg.bands` (register_tile, pack), or None."""
+    key = contraction_key(block_name)
+    return next((c for c in cfg.bands if c.key == key), None)
+
+
 def _contraction(sch, block, cfg: ScheduleConfig, notes: list | None = None, roles: dict | None = None):
     blk = sch.get(block)
+    choice = _contraction_choice(cfg, blk.name_hint)
+    tuned_tile = tuple(getattr(choice, "register_tile", ()) or ())
+    pack = getattr(choice, "pack", None)
     widen = _widen_stage(sch, block, roles or {})
     kinds = [int(iv.iter_type) for iv in blk.iter_vars]
     loops = sch.get_loops(block)
@@ -512,6 +528,8 @@ def _contraction(sch, block, cfg: ScheduleConfig, notes: list | None = None, rol
     narrow = widen is None and any(tvm_dtype_bits(r.source.dtype) < 32 for _, r in _operand_reads(blk))
     converts, crop = widen is not None, None
     ti, tj = register_tile(rows, cols, lanes, cfg, narrow, converts, padded=True)
+    if tuned_tile:  # rows x column vectors; Space.legal checks that they divide and fit
+        ti, tj = tuned_tile[0], tuned_tile[1] * lanes
     if rows % ti:  # more accumulators with a row tile that does not divide the rows: pad them
         padding = _pad_rows(sch, block, kinds, ti, widen)
         if padding is None:
@@ -523,7 +541,8 @@ def _contraction(sch, block, cfg: ScheduleConfig, notes: list | None = None, rol
     spatial = [l for l, k in zip(loops, kinds) if k == 0]
     reduce = [l for l, k in zip(loops, kinds) if k != 0]
     *outer, li, lj = spatial
-    packed = not outer and tj % lanes == 0 and _pack_panels(sch, block, rows, ti, tj, cfg)
+    packed = pack is not False and not outer and tj % lanes == 0 and \
+        _pack_panels(sch, block, rows, ti, tj, cfg, force=pack is True)
     io, ii = sch.split(li, [None, ti])
     jo, jv, jl = sch.split(lj, [None, tj // lanes, lanes]) if tj % lanes == 0 else (*sch.split(lj, [None, 1, tj]),)
     sch.reorder(*outer, jo, io, *reduce, ii, jv, jl)
@@ -534,10 +553,12 @@ def _contraction(sch, block, cfg: ScheduleConfig, notes: list | None = None, rol
         reduce, staged = _widen_a(sch, widen, par, reduce, ti, cfg)
     if notes is not None:
         notes.append(f"{blk.name_hint}: register tile {ti} rows x {tj} columns"
-                     f" ({'narrow operands: the wide tile' if narrow else 'fits the vector registers'}),"
+                     + (" (tuned)" if tuned_tile else
+                        f" ({'narrow operands: the wide tile' if narrow else 'fits the vector registers'})") + ","
                      " accumulated in registers over the whole reduction"
                      + (f"; rows padded to a multiple of {ti}" if crop is not None else "")
                      + (f"; B packed into panels of {tj} columns" if packed else "")
+                     + (f"; packing {'on' if pack else 'off'} (tuned)" if pack is not None else "")
                      + ("; A converted to float32 per tile" if converts and staged else ""))
     # The tile accumulates in a buffer of its own that LLVM keeps in registers; accumulated in
     # the output itself, every step of the reduction loaded and stored the whole tile (16

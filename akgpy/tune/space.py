@@ -1,0 +1,367 @@
+"""The search space of one kernel: the schedule choices that change THIS graph's code.
+
+`space(graph, target)` schedules the graph once with the target's default config to find its
+bands (poly/tree.BandFacts) and contractions, then probes each candidate dimension: a value is
+kept when the scheduled TIR (the module the backend would build, before machine code) differs
+from the default's and from every value kept before it, and the schedule stays legal (no
+fallback, no tree replaced by isl's, no mark dropped, no override ignored). A dimension is
+listed iff some value is kept. Dimensions are probed one at a time from the default, so a
+combination may still be illegal: `Space.legal(point)` schedules it (no machine code) and says.
+
+Dimension names: a ScheduleConfig field ("fusion_depth", "min_parallel_work", ...) or
+"<band key>/<BandChoice field>" ("own:S_Add_10/vector", "contract:T_matmul_NN/register_tile").
+Values are plain JSON values; the default comes first (None for a band: the pass decides).
+Not searched: hardware facts (metadata fact=True, they belong to the Target), `inexact_math`
+(it changes results, not only speed), `isl_timeout_s` (a wall-clock guard) and `bands` itself
+(listed per band).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import CompileError
+
+# fields a tuner must not flip: semantics or guards, not schedule choices
+NOT_SEARCHED = ("inexact_math", "isl_timeout_s", "bands")
+# the most register tiles probed per contraction, and the most loop orders per band
+MAX_VALUES = 6
+MAX_ORDERS = 6
+TILE_SIZES = (8, 16, 32, 64, 128)
+
+
+@dataclass(frozen=True)
+class Dimension:
+    name: str
+    values: tuple  # the default first
+
+
+@dataclass
+class _Probe:
+    script_hash: str
+    problem: str | None  # why the schedule is not legal as asked; None when it is
+    bands: dict  # band key -> BandFacts
+    report: str
+
+
+class Space:
+    """The dimensions of one graph's schedule space (see the module doc)."""
+
+    def __init__(self, graph, target, base, dimensions: list[Dimension], bands: dict, contractions: dict, probe):
+        self.graph, self.target, self.base = graph, target, base
+        self.dimensions = dimensions
+        self.bands = bands  # band key -> BandFacts of the default schedule
+        self.contractions = contractions  # contraction key -> (rows, cols, lanes, registers)
+        self._probe = probe
+
+    def __repr__(self):
+        return f"Space({self.graph.name}, {len(self.dimensions)} dimension(s), {self.size()} point(s))"
+
+    def size(self) -> int:
+        n = 1
+        for d in self.dimensions:
+            n *= len(d.values)
+        return n
+
+    def default(self):
+        return self.base
+
+    def config(self, point: dict):
+        """The ScheduleConfig of `point` ({dimension name: value}; names left out keep the
+        default). CompileError naming the dimension for an unknown name or a value outside
+        its field's domain."""
+        from ..schedule.config import BandChoice
+        if not isinstance(point, dict):
+            raise CompileError(f"Space.config expects a dict of dimension values, got {type(point).__name__}")
+        fields = self.base.domains()
+        band_fields = BandChoice.domains()
+        glob, per_band = {}, {}
+        for name, value in point.items():
+            if not isinstance(name, str):
+                raise CompileError(f"Space.config: dimension names are strings, got {name!r}")
+            if "/" in name:
+                key, attr = name.rsplit("/", 1)
+                if attr not in band_fields or attr == "key":
+                    raise CompileError(f"Space.config: {name!r}: {attr!r} is no BandChoice field")
+                value = band_fields[attr].from_json(value) if isinstance(value, list) else value
+                per_band.setdefault(key, {})[attr] = value
+            elif name in fields and name not in NOT_SEARCHED:
+                glob[name] = fields[name].from_json(value) if isinstance(value, list) else value
+            else:
+                raise CompileError(f"Space.config: unknown dimension {name!r}")
+        bands = {c.key: c for c in self.base.bands}
+        for key, attrs in per_band.items():
+            attrs = {k: v for k, v in attrs.items() if v is not None}
+            old = bands.get(key)
+            merged = {**(dataclasses.asdict(old) if old else {"key": key}), **attrs}
+            bands[key] = BandChoice(**merged)
+        bands = {k: c for k, c in bands.items()
+                 if any(getattr(c, f) not in (None, ()) for f in band_fields if f != "key")}
+        return self.base.replace(**glob, bands=tuple(bands[k] for k in sorted(bands)))
+
+    def legal(self, point) -> tuple[bool, str]:
+        """(True, "") when `point` (a dict, or a ScheduleConfig) schedules as asked: its values
+        are in their domains, a contraction's register tile divides the product and fits the
+        vector registers, and scheduling it (no machine code) falls back nowhere, keeps the
+        tree passes' result, ignores no override and drops no parallel/vector mark (each proved
+        with isl to carry no dependence); else (False, why)."""
+        try:
+            cfg = point if not isinstance(point, dict) else self.config(point)
+        except CompileError as e:
+            return False, str(e)
+        for c in cfg.bands:
+            if c.register_tile and c.key in self.contractions:
+                rows, cols, lanes, regs = self.contractions[c.key]
+                ti, tv = c.register_tile
+                if rows % ti or cols % (tv * lanes):
+                    return False, (f"{c.key}: register tile {ti} x {tv * lanes} does not divide the "
+                                   f"{rows} x {cols} product")
+                if ti * tv + tv + 1 > regs:
+                    return False, (f"{c.key}: register tile {ti} x {tv} vectors needs {ti * tv + tv + 1} vector "
+                                   f"registers, the target has {regs}")
+        probe = self._probe(cfg)
+        return (False, probe.problem) if probe.problem else (True, "")
+
+    def tir_hash(self, cfg) -> str:
+        """SHA-256 of the scheduled TIR of `cfg` (what the backend would build)."""
+        return self._probe(cfg).script_hash
+
+
+def space(graph, target=None) -> Space:
+    """The search space of `graph` (a Graph or composite JSON) on `target` (see the module doc)."""
+    from ..frontends.composite import load_composite
+    from ..graph.ir import Graph
+    from ..target import resolve_target
+
+    g = graph if isinstance(graph, Graph) else load_composite(graph)
+    tgt = resolve_target(target)
+    base = _default_config(tgt)
+    probe = _Prober(g, tgt)
+    first = probe(base)
+    if first.problem and "fell back" in first.problem:
+        pass  # the plain schedule: only the global knobs (and contractions) can change it
+    dims: list[Dimension] = []
+    for name, dom in base.domains().items():
+        if name in NOT_SEARCHED or _is_fact(name):
+            continue
+        d = _probed(probe, first, base, name, getattr(base, name), _candidates(dom, getattr(base, name)),
+                    lambda v, name=name: base.replace(**{name: v}))
+        if d is not None:
+            dims.append(d)
+    contractions = _contractions(probe, base, tgt)
+    space_ = Space(g, tgt, base, [], first.bands, contractions, probe)
+    for key, facts in first.bands.items():
+        for attr, values in _band_candidates(facts).items():
+            name = f"{key}/{attr}"
+            d = _probed(probe, first, base, name, None, values,
+                        lambda v, name=name: space_.config({name: v}))
+            if d is not None:
+                dims.append(d)
+    for key, (rows, cols, lanes, regs) in contractions.items():
+        tiles = [(ti, tv) for tv in range(1, 9) for ti in range(1, 17)
+                 if rows % ti == 0 and cols % (tv * lanes) == 0 and ti * tv + tv + 1 <= regs]
+        tiles = sorted(tiles, key=lambda t: (-t[0] * t[1], -t[0]))[:MAX_VALUES]
+        for attr, values in (("register_tile", tiles), ("pack", [True, False])):
+            name = f"{key}/{attr}"
+            d = _probed(probe, first, base, name, None, values, lambda v, name=name: space_.config({name: v}))
+            if d is not None:
+                dims.append(d)
+    space_.dimensions = dims
+    return space_
+
+
+def _default_config(tgt):
+    """The target's default config (through its backend where the seam has one)."""
+    try:
+        from ..targets import backend_for
+        return backend_for(tgt).default_config(tgt)
+    except ImportError:
+        from ..schedule.config import default_config
+        return default_config(tgt)
+
+
+def _is_fact(name: str) -> bool:
+    from ..schedule.config import ScheduleConfig
+    f = next(f for f in dataclasses.fields(ScheduleConfig) if f.name == name)
+    return bool(f.metadata.get("fact"))
+
+
+def _probed(probe, first: _Probe, base, name: str, default, values, make) -> Dimension | None:
+    """The dimension `name` with the values (default first) whose legal schedules differ from
+    the default's and from each other; None when no value does."""
+    seen = {first.script_hash}
+    kept = []
+    for v in values:
+        if v == default:
+            continue
+        try:
+            cfg = make(v)
+        except CompileError:
+            continue
+        p = probe(cfg)
+        if p.problem or p.script_hash in seen:
+            continue
+        seen.add(p.script_hash)
+        kept.append(v)
+    return Dimension(name, (default, *kept)) if kept else None
+
+
+def _candidates(dom, default) -> list:
+    """A few values of a field's domain around its default (at most 9)."""
+    from ..schedule.config import Choices, Range, Sequence
+    if isinstance(dom, Choices):
+        return [v for v in dom.values if v != default]
+    if isinstance(dom, Sequence):  # tile sizes: square tiles of one or two members
+        return [(t,) * n for n in (1, 2) for t in (16, 32, 64)]
+    if isinstance(dom, Range):
+        if not dom.integer:
+            vals = [dom.lo, (dom.lo + dom.hi) / 2, dom.hi]
+        else:  # the ends, the neighbours, and factors of 2 to 64 around the default
+            d = max(int(default), 1)
+            vals = [int(dom.lo), int(dom.hi), d - 1, d + 1, d // 8, d // 2, d * 2, d * 8, d * 64]
+        out = []
+        for v in vals:
+            if v is not None and dom.contains(v) and v != default and v not in out:
+                out.append(v)
+        return out
+    return []
+
+
+def _band_candidates(b) -> dict[str, list]:
+    """{BandChoice field: values to probe} for the band of BandFacts `b`."""
+    out: dict[str, list] = {}
+    kind = b.key.split(":", 1)[0]
+    n = len(b.dims)
+    if kind == "shared" and b.isl_members:
+        out["fusion_depth"] = list(range(0, b.isl_members + 1))
+    if n >= 2:
+        perms = [p for p in itertools.permutations(range(n)) if p != b.order]
+        if len(perms) > MAX_ORDERS:  # each member innermost once, the others as they were
+            perms = [tuple(q for q in b.order if q != m) + (m,) for m in b.order[:-1]]
+        out["order"] = perms[:MAX_ORDERS]
+    if kind == "shared" and n >= 2:
+        out["tile"] = [(t, t) for t in TILE_SIZES] + [(t,) for t in TILE_SIZES[1:4]]
+    if b.may_parallel:
+        vector_member = b.members - 1 if b.vector else None
+        out["parallel"] = [-1] + [q for q in range(b.members) if b.coincident[q] and q != vector_member
+                                  and q != b.parallel]
+    if b.vector:
+        out["vector"] = [False]
+    return out
+
+
+def _contractions(probe, base, tgt) -> dict:
+    """contraction key -> (rows, cols, lanes, vector registers) of each MatMul/Conv2D block."""
+    from ..schedule.plain import contraction_key, root_blocks
+    low, _ = probe.lowered(base.collapse_dims)
+    out = {}
+    lanes = max(tgt.vector_bytes // 4, 1)
+    regs = getattr(tgt, "vector_registers", 32 if tgt.vector_bytes >= 64 else 16)
+    for blk in root_blocks(low.func):
+        if low.roles.get(blk.name_hint) != "contract":
+            continue
+        spatial = [int(iv.dom.extent) for iv in blk.iter_vars if int(iv.iter_type) == 0]
+        if len(spatial) >= 2:
+            out[contraction_key(blk.name_hint)] = (spatial[-2], spatial[-1], lanes, int(regs))
+    return out
+
+
+class _Prober:
+    """Schedules the graph for a config without building machine code; the lowering is
+    computed once per `collapse_dims` value and every result is remembered by config."""
+
+    def __init__(self, graph, target):
+        self.graph, self.target = graph, target
+        self._low: dict[bool, Any] = {}
+        self._seen: dict[str, _Probe] = {}
+
+    def lowered(self, collapse: bool):
+        if collapse not in self._low:
+            from ..graph.collapse import collapse_dims
+            from ..te.lower import lower
+            kg = (collapse and collapse_dims(self.graph) or (self.graph, None))[0]
+            low = lower(kg, vector_math=True)
+            scalar = []
+
+            def relower():
+                if not scalar:
+                    scalar.append(lower(kg, vector_math=False))
+                return scalar[0]
+            self._low[collapse] = (low, relower)
+        return self._low[collapse]
+
+    def __call__(self, cfg) -> _Probe:
+        import json
+        key = json.dumps(cfg.to_json(), sort_keys=True)
+        if key not in self._seen:
+            self._seen[key] = self._run(cfg)
+        return self._seen[key]
+
+    def _run(self, cfg) -> _Probe:
+        from ..schedule.poly import schedule_path
+        low, relower = self.lowered(cfg.collapse_dims)
+        decided: dict = {}
+        mod, report = _schedule(low, cfg, self.target, relower, decided)
+        mod = _prepare(mod, low, cfg, self.target)
+        path = schedule_path(mod["main"])
+        problem = None
+        if path.fallback:
+            problem = f"the poly schedule fell back to plain: {path.fallback}"
+        elif path.isl_tree_as_is:
+            problem = f"the tree passes' result was not used: {path.isl_tree_as_is}"
+        elif path.dropped_marks:
+            problem = "; ".join(l for l in report.splitlines() if l.startswith("legality:")) or \
+                f"{path.dropped_marks} parallel/vector mark(s) dropped"
+        else:
+            ignored = [l for l in report.splitlines() if "(tuned)" not in l and " ignored" in l and "tuned" in l]
+            if ignored:
+                problem = "; ".join(ignored)
+        digest = hashlib.sha256(mod.script().encode()).hexdigest()
+        return _Probe(digest, problem, decided, report)
+
+
+def _schedule(low, cfg, target, relower, decided):
+    """poly_schedule as the pipeline calls it (the one place that follows its signature)."""
+    from ..schedule.poly import poly_schedule
+    params = inspect.signature(poly_schedule).parameters
+    if "target" not in params:
+        return poly_schedule(low, cfg, relower=relower, decided=decided)
+    kw = {}
+    if "streams" in params:
+        kw["streams"] = _streams(low, cfg, target)
+    return poly_schedule(low, cfg, target, relower=relower, decided=decided, **kw)
+
+
+def _streams(low, cfg, target) -> bool:
+    try:
+        from ..targets import backend_for
+        backend = backend_for(target)
+        if hasattr(backend, "streams"):
+            return bool(backend.streams(low, cfg, target))
+    except ImportError:
+        pass
+    from ..schedule.stream import stream_candidates
+    params = inspect.signature(stream_candidates).parameters
+    got = stream_candidates(low, cfg, target) if len(params) >= 3 else stream_candidates(low, cfg)
+    return bool(got[0])
+
+
+def _prepare(mod, low, cfg, target):
+    """The scheduled module as the backend builds it: outputs stacked, then the target's marks
+    (streaming stores, prefetch)."""
+    from dataclasses import replace
+    from ..te.abi import stack_outputs
+    (gv, func), = mod.functions_items()
+    func, params = stack_outputs(func, low.params, low.output_stacks, low.index_dtype)
+    mod, passed = mod.__class__({gv: func}), replace(low, func=func, params=params)
+    try:
+        from ..targets import backend_for
+        return backend_for(target).prepare(mod, passed, cfg, target)[0]
+    except ImportError:
+        from ..schedule.stream import mark_prefetch, mark_stream_outputs
+        mod, _ = mark_stream_outputs(mod, passed, cfg)
+        return mark_prefetch(mod, cfg)[0]

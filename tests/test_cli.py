@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from akgpy import GraphBuilder
+from akgpy import config as akgpy_config
 from akgpy.frontends.composite import dump_composite
 from akgpy.tune import report
 
@@ -30,7 +31,7 @@ def _ewise(name: str, rows: int = 64) -> str:
 def _rowsum(name: str) -> str:
     b = GraphBuilder(name)
     x = b.input("x", [128, 256])
-    b.output(b.sum(b.exp(x), axis=1))
+    b.output(b.exp(x).sum(axis=1))
     return dump_composite(b.build())
 
 
@@ -166,6 +167,8 @@ def _filled_cache(tmp_path):
 def _cache_cli(args, tmp_path):
     env = _env(tmp_path)
     env["AKGPY_CACHE_KEY"] = str(tmp_path / "secret.key")
+    # the host target as this process resolved it for the records (its thread count is a fact)
+    env["TVM_NUM_THREADS"] = str(akgpy_config.threads())
     return subprocess.run([sys.executable, "-m", "akgpy.tune.cli", "cache", "--cache", str(tmp_path / "cache"),
                            *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
@@ -224,7 +227,7 @@ def test_cache_ls_show_verify_clear(tmp_path):
 
 # -- tuning end to end -------------------------------------------------------------------------
 
-def test_tune_end_to_end_with_report_and_schedules(tmp_path):
+def test_tune_end_to_end_with_report_and_schedules(tmp_path, monkeypatch):
     (tmp_path / "graphs").mkdir()
     (tmp_path / "graphs" / "ewise.json").write_text(_ewise("ewise"))
     (tmp_path / "graphs" / "rowsum.json").write_text(_rowsum("rowsum"))
@@ -253,8 +256,12 @@ def test_tune_end_to_end_with_report_and_schedules(tmp_path):
     want = {structural_hash(load_composite(tmp_path / "graphs" / f)) for f in ("ewise.json", "rowsum.json")}
     files = sorted((tmp_path / "sched").iterdir())
     assert len(files) == 2
-    got = {schedules.read_record(f).graph_hash for f in files}
-    assert got == want
+    shipped = [schedules.read(f) for f in files]  # read() validates the record and its config
+    assert {rec.graph for rec in shipped} == want
+    from akgpy.target import resolve_target
+    monkeypatch.setenv("TVM_NUM_THREADS", "1")  # the host target as the CLI resolved it (threads are a fact)
+    assert {rec.target for rec in shipped} == {resolve_target(None).fingerprint}
+    assert all(rec.best_s <= rec.default_s * 1.0001 for rec in shipped)
 
     from akgpy.tune.cache import Cache
     recs = Cache(tmp_path / "cache", key_file=env_key).records()

@@ -106,3 +106,19 @@ def test_one_measurement_per_node_and_none_beside_a_build(executors):
     # and no build ran while any measurement did
     for r in out["b"]:
         assert all(r.finished <= s or r.started >= f for s, f in measured), (r.started, r.finished, measured)
+
+
+def test_tune_on_ray_stores_in_the_drivers_cache(executors, tmp_path):
+    from akgpy.frontends.composite import load_composite
+    from akgpy.graph import structural_hash
+    from akgpy.tune import tune
+    from akgpy.tune.cache import Cache
+    rex, _ = executors
+    cache = Cache(tmp_path / "cache", key_file=tmp_path / "secret.key")
+    g = load_composite(_graph_text())
+    res = tune(g, trials=3, search="random", cache=cache, executor=rex)
+    assert not res.interrupted and res.best_time_s is not None
+    assert [t.status for t in res.trials if t.status != "illegal"][0] == "ok"  # trial 0, the default, ran
+    [rec] = cache.records()
+    assert rec.key.graph == structural_hash(g) and rec.best_s == res.best_time_s
+    assert rec.artifact and rec.manifest  # the artifact came back from the cluster as bytes

@@ -27,7 +27,6 @@ import hashlib
 import hmac
 import json
 import os
-import socket
 import sqlite3
 import stat
 import threading
@@ -73,11 +72,11 @@ def source_hash() -> str:
     """sha256 over akgpy's own .py files (relative path and bytes), once per process. The
     hash is remembered beside the files' (path, size, mtime) stamp in a file of the process's
     default cache, so a warm process stats the files instead of reading them."""
-    files = sorted(_PKG.rglob("*" + SOURCE_SUFFIX))
+    files = _sources()
     stamp = hashlib.sha256()
-    for p in files:
-        st = p.stat()
-        stamp.update(f"{p.relative_to(_PKG)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    for rel, full in files:
+        st = os.stat(full)
+        stamp.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
     memo = _source_memo()
     if memo is not None:
         try:
@@ -87,8 +86,9 @@ def source_hash() -> str:
         except (OSError, ValueError):
             pass
     h = hashlib.sha256()
-    for p in files:
-        h.update(str(p.relative_to(_PKG)).encode() + b"\0" + p.read_bytes() + b"\0")
+    for rel, full in files:
+        with open(full, "rb") as f:
+            h.update(rel.encode() + b"\0" + f.read() + b"\0")
     if memo is not None:
         try:
             tmp = memo.with_name(f"{memo.name}.{os.getpid()}.tmp")
@@ -100,6 +100,18 @@ def source_hash() -> str:
 
 
 _PKG = Path(__file__).resolve().parents[1]
+
+
+def _sources() -> list[tuple[str, str]]:
+    """(path relative to the package, full path) of every .py file, sorted; os.walk, not
+    pathlib's rglob, which costs a warm fuse ~5 ms."""
+    out = []
+    root = str(_PKG)
+    for d, dirs, names in os.walk(root):
+        dirs[:] = [x for x in dirs if x != "__pycache__"]
+        rel = os.path.relpath(d, root)
+        out += [(n if rel == "." else f"{rel}/{n}", os.path.join(d, n)) for n in names if n.endswith(SOURCE_SUFFIX)]
+    return sorted(out)
 
 
 def _source_memo() -> Path | None:
@@ -170,6 +182,7 @@ def config_text(cfg) -> str:
 
 def machine() -> dict:
     """Who measured: the CPU's model name, a hash of the host name, the date (UTC)."""
+    import socket  # 3 ms to import: not on the warm path
     return {"cpu": _cpu_model(), "host": hashlib.sha256(socket.gethostname().encode()).hexdigest()[:12],
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 

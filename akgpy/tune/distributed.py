@@ -81,7 +81,9 @@ class RayExecutor:
             try:
                 ray.init(address=address, **(init_kwargs or {}))
             except Exception as e:  # noqa: BLE001 - Ray raises several types for a bad address
-                raise AkgpyError(f"cannot connect to the Ray cluster at {address!r}: {e}") from e
+                raise AkgpyError(f"cannot connect to the Ray cluster at {address!r}: {e} (is it running: `ray status`? "
+                                 "Ray >= 2.59 wants RAY_AUTH_MODE=token and the cluster's token here: "
+                                 "docs/tuning.md)") from e
             self._owns_ray = True
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

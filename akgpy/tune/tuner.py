@@ -78,7 +78,7 @@ class _KnobSpace:
              "prefetch_bytes": (0, 512, 2048), "stride1_innermost": (True, False)}
 
     def __init__(self, target):
-        from ..schedule.config import default_config
+        from ..targets import default_config
         self.base = default_config(target)
         self.dimensions = []
         for name, values in self.KNOBS.items():
@@ -191,7 +191,7 @@ def tune(graph, target=None, *, trials: int = 64, time_budget_s: float | None = 
 
     try:
         try:
-            default = sp.default()
+            default = {d.name: d.values[0] for d in sp.dimensions}  # each dimension lists its default first
             run_round([default])
             result.default_time_s = history[0].time_s
             illegal = 0
@@ -233,7 +233,7 @@ def tune(graph, target=None, *, trials: int = 64, time_budget_s: float | None = 
                          f"({len(history)} trials; first failure: {history[0].status}: {history[0].error})")
     result.best_config = config_from_json(history[result.best_trial].config)
     result.wall_s = time.monotonic() - t0
-    result.record = _store(cache, g, tgt, result, artifacts.get(result.best_trial))
+    result.record = _store(cache, g, target, result, artifacts.get(result.best_trial), schedule)
     return result
 
 
@@ -272,12 +272,33 @@ def _retime(ex, result: TuneResult, artifacts, text, tjson, flush, timeout_s, se
             result.default_time_s = result.retimed[0]
 
 
-def _store(cache, g, target, result: TuneResult, artifact):
-    """The tuned record into the cache (`akgpy.tune.cache`); None where nothing was stored."""
+def _store(cache, g, target, result: TuneResult, artifact, schedule: str):
+    """The tuned record into the cache (tune/cache.py) under the key a plain compile of `g`
+    looks up, with the winner's artifact; None where nothing was stored. `cache`: a Cache, a
+    directory, None (the user cache, unless AKGPY_CACHE=off) or False (nowhere)."""
     if cache is False:
         return None
-    try:
-        from .cache import store_tuned
-    except ImportError:
+    from .cache import Cache, CacheKey, Record, default_cache
+    c = default_cache() if cache is None else cache if isinstance(cache, Cache) else Cache(cache)
+    if c is None:
         return None
-    return store_tuned(cache, g, target, result, artifact)
+    tgt, llvm = c.target_for(target)
+    key = CacheKey.make(result.graph, tgt, schedule=schedule, config=None, llvm=llvm)
+    blob, manifest = artifact or (None, None)
+    if manifest is None or "rebuild" in manifest or not _reproducible(manifest):
+        blob = manifest = None  # compile_graph builds it from the record's config
+    rows = [{"trial": t.index, "status": t.status, "time_s": t.time_s, "config": t.config, "error": t.error,
+             "phase": t.phase, "finished_s": t.finished_s} for t in result.trials]
+    rec = Record(key, config=config_to_json(result.best_config), best_s=result.best_time_s,
+                 default_s=result.default_time_s, history=rows, artifact=blob, manifest=manifest)
+    c.put(rec)
+    return rec
+
+
+def _reproducible(manifest: dict) -> bool:
+    """No kernel of the artifact was shaped by a wall-clock guard (such code is never cached)."""
+    for k in manifest.get("kernels", ()):
+        path = k.get("schedule_path") or {}
+        if path.get("deterministic", True) is False or path.get("guard_fired"):
+            return False
+    return True

@@ -249,6 +249,9 @@ def run_tune(args) -> int:
         raise UsageError(f"--time-budget must be positive seconds (got {args.time_budget})")
     if args.report and Path(args.report).suffix.lower() not in (".md", ".markdown", ".html", ".htm"):
         raise UsageError(f"--report {args.report}: the file name must end in .md or .html")
+    from .search import SEARCHERS
+    if args.search not in SEARCHERS:
+        raise UsageError(f"--search {args.search!r}: available: {', '.join(SEARCHERS)}")
     target = parse_target(args.target)
     kernels = collect(args.inputs)
     if not kernels:
@@ -363,7 +366,8 @@ def _find(cache, prefix: str):
 
 
 def cache_ls(args) -> int:
-    records = _cache(args).records()
+    c = _cache(args)
+    records = c.records()
     rows = [("key", "graph", "target", "sched", "config", "default ms", "tuned ms", "trials", "artifact", "measured")]
     for r in records:
         rows.append((r.digest[:12], r.key.graph[:12], r.key.target[:12], r.key.schedule,
@@ -374,7 +378,7 @@ def cache_ls(args) -> int:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-    print(f"{len(records)} records in {_cache(args).dir}", file=sys.stderr)
+    print(f"{len(records)} records in {c.dir}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -11,14 +11,13 @@ refused, since a record's key names the sources that built it.
 """
 from __future__ import annotations
 
-import hashlib
 import socket
 import threading
 import time
-from pathlib import Path
 from typing import Sequence
 
 from ..errors import AkgpyError
+from .cache import source_hash
 from .executor import (BuildJob, BuildResult, MeasureJob, MeasureResult, Worker, failed, run_build,
                        run_jobs)
 
@@ -34,15 +33,6 @@ def _ray():
     return ray
 
 
-def sources_digest() -> str:
-    """sha256 over akgpy's own .py files: nodes running other sources would build other kernels."""
-    root = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*.py")):
-        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
-
-
 def _remote_build(job: BuildJob) -> BuildResult:
     return run_build(job)
 
@@ -54,7 +44,7 @@ class _NodeMeasurer:
         self.worker = Worker("akgpy.tune.measure:run_measure", env)
 
     def hello(self) -> dict:
-        return {"machine": socket.gethostname(), "sources": sources_digest()}
+        return {"machine": socket.gethostname(), "sources": source_hash()}
 
     def measure(self, jobs: list) -> list:
         return run_jobs([self.worker], jobs)
@@ -99,12 +89,9 @@ class RayExecutor:
         self._actors = [actor.options(num_cpus=0, max_concurrency=1, max_restarts=-1, max_task_retries=0,
                                       scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
                         .remote(env) for node in nodes]
-        for _ in range(2):  # twice: a source file edited between the two reads is not a mismatch
-            hellos = ray.get([a.hello.remote() for a in self._actors])
-            here = sources_digest()
-            other = [h["machine"] for h in hellos if h["sources"] != here]
-            if not other:
-                break
+        hellos = ray.get([a.hello.remote() for a in self._actors])
+        here = source_hash()  # what the driver's cache keys name
+        other = [h["machine"] for h in hellos if h["sources"] != here]
         if other:
             raise AkgpyError(f"Ray nodes {', '.join(other)} run other akgpy sources than this driver "
                              f"({here}): install the same akgpy on every node")

@@ -13,7 +13,7 @@ from .target import Target, resolve_target  # noqa: E402  (imports tvm only when
 __version__ = "0.1.0"
 
 
-def fuse(graph, target: str = "llvm", **options):
+def fuse(graph, target=None, **options):
     """Compile a graph into a callable program.
 
     A fused graph (composite JSON file/string, or a GraphBuilder graph) becomes one kernel: a

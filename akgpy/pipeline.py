@@ -4,7 +4,7 @@
     lower    te.lower        Graph -> TE tensors -> one PrimFunc, unscheduled
     schedule schedule.poly   PrimFunc -> isl model, isl schedule, akgpy tree passes, isl AST -> TIR
                              (schedule.plain: the s_tir baseline, and the fallback)
-    codegen  targets.llvm    scheduled IRModule -> machine code for the host CPU
+    codegen  targets         scheduled IRModule -> the target's backend (targets/cpu: LLVM, the CPU)
     wrap     runtime         Executable -> Program (the calling convention)
 
 A composite graph is one kernel: the framework already chose the grouping. With
@@ -20,6 +20,7 @@ from typing import Any
 from . import config
 from .errors import AkgpyError, CompileError
 from .graph.ir import Graph
+from .target import Target, resolve_target
 
 
 def dump(kernel: str, stage: str, produce) -> None:
@@ -32,8 +33,9 @@ def dump(kernel: str, stage: str, produce) -> None:
     (d / stage).write_text(produce())
 
 
-def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", config=None, cache: bool = True):
-    """`config`: an akgpy.ScheduleConfig (schedule knobs); None picks the target's defaults.
+def compile_graph(graph: Any, target=None, *, schedule: str = "poly", config=None, cache: bool = True):
+    """`target`: what akgpy.resolve_target accepts (None: this machine), resolved once here;
+    `config`: an akgpy.ScheduleConfig (schedule choices); None: the target backend's defaults.
     `cache`: look the kernel up in the compile cache ($AKGPY_CACHE, docs/cache.md) first and
     store what was compiled; False compiles and stores nothing."""
     from .frontends.composite import load_composite
@@ -49,14 +51,16 @@ def compile_graph(graph: Any, target: str = "llvm", *, schedule: str = "poly", c
     from .graph.algebra import exp_blocks, share_exp
     from .graph.collapse import collapse_dims
     from .runtime.program import Program
-    from .schedule.config import default_config
+    from .targets import backend_for
     from .te.lower import ident
 
     if schedule not in ("plain", "poly"):
         raise CompileError(f"unknown schedule {schedule!r}; available: 'plain', 'poly'")
+    target = resolve_target(target)
+    backend = backend_for(target)
     g = graph if isinstance(graph, Graph) else load_composite(graph)
     dump(ident(g.name), "0_graph.txt", g.describe)
-    cfg = config or default_config(target)
+    cfg = config or backend.default_config(target)
     # the kernel runs on the collapsed graph; Program keeps g: it checks and returns g's shapes
     kg, graph_note = (cfg.collapse_dims and collapse_dims(g)) or (g, None)
     shared = share_exp(kg) if cfg.inexact_math else None
@@ -77,15 +81,14 @@ def _joined(note: str | None, more: str) -> str:
     return f"{note}\n{more}" if note else more
 
 
-def _kernel(g: Graph, kg: Graph, graph_note: str | None, target: str, schedule: str, cfg, riding=None):
+def _kernel(g: Graph, kg: Graph, graph_note: str | None, target: Target, schedule: str, cfg, riding=None):
     """The kernel of graph `g` compiled from `kg` (g collapsed and rewritten; `graph_note` says
     how). With `riding` (math block names): None, before code generation, unless a statement
     shares one of them with a reduction in whose loops it runs (poly/riders.py)."""
     from .runtime.program import Kernel
     from .schedule.poly import RIDERS_ATTR
     from .schedule.plain import plain_schedule
-    from .schedule.stream import mark_prefetch, mark_stream_outputs
-    from .targets import llvm
+    from .targets import backend_for
     from .te.abi import stack_outputs
     from .te.lower import ident, lower
 
@@ -94,19 +97,20 @@ def _kernel(g: Graph, kg: Graph, graph_note: str | None, target: str, schedule: 
     low = lower(kg, vector_math=schedule == "poly")
     dump(low.name, "1_te.py", low.func.script)
 
+    backend = backend_for(target)
     report = None
     try:
         if schedule == "poly":
             from .schedule.poly import poly_schedule
-            mod, report = poly_schedule(low, cfg, relower=lambda: lower(kg, vector_math=False))
+            mod, report = poly_schedule(low, cfg, target, relower=lambda: lower(kg, vector_math=False),
+                                        streams=backend.streams(low, cfg, target))
         else:
-            mod = plain_schedule(low, cfg).mod
+            mod = plain_schedule(low, cfg, target).mod
         (gv, func), = mod.functions_items()
         func, params = stack_outputs(func, low.params, low.output_stacks, low.index_dtype)
         mod, passed = mod.__class__({gv: func}), replace(low, func=func, params=params)
-        mod, stream_note = mark_stream_outputs(mod, passed, cfg)
-        mod, prefetch_note = mark_prefetch(mod, cfg)
-        report = report and f"{report}\n{stream_note}\n{prefetch_note}"
+        mod, target_notes = backend.prepare(mod, passed, cfg, target)
+        report = report and "\n".join([report, *target_notes])
     except AkgpyError:
         raise
     except Exception as e:  # a TVM failure while scheduling a valid graph is a compiler bug: name the graph
@@ -115,7 +119,7 @@ def _kernel(g: Graph, kg: Graph, graph_note: str | None, target: str, schedule: 
         return None
     dump(low.name, "2_scheduled.py", mod.script)
 
-    executable = _on_deep_stack(lambda: llvm.build(mod, target), len(passed.params))
+    executable = _on_deep_stack(lambda: backend.build(mod, target), len(passed.params))
     kernel = Kernel(low.name, passed.params, executable, mod, low, report, graph_note)
     dump(low.name, "3_source.ll", lambda: kernel.source)
     dump(low.name, "4_explain.txt", kernel.explain)
@@ -161,7 +165,7 @@ def _on_deep_stack(fn, n_args: int):
 
 # -- whole model graphs ------------------------------------------------------------------------
 
-def compile_model(graph: Graph, target: str = "llvm", *, schedule: str = "poly", config=None,
+def compile_model(graph: Graph, target=None, *, schedule: str = "poly", config=None,
                   contraction: str = "generated", fuse: bool = True, limits=None):
     """Partition a model graph (akgpy/fusion) and compile each group; returns a ModelProgram.
 
@@ -179,8 +183,7 @@ def compile_model(graph: Graph, target: str = "llvm", *, schedule: str = "poly",
 
     if contraction not in ("generated", "library"):
         raise CompileError(f"unknown contraction policy {contraction!r}; available: 'generated', 'library'")
-    from .targets.llvm import resolve
-    resolve(target)  # refused here too: a model of library and fallback steps builds no kernel
+    target = resolve_target(target)  # once, and refused here too: a model of library steps builds no kernel
     library = set()
     if contraction == "library":
         library = {i for i, op in enumerate(graph.ops)

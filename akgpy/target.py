@@ -8,7 +8,9 @@ Accepted by `resolve_target`:
     None, "llvm", "host", "cpu"      this machine (LLVM's host CPU, /proc/cpuinfo, sysfs caches)
     {"kind": "llvm", "mcpu": ...}    that CPU (LLVM's model of it); optional "mattr", "mtriple",
                                      and akgpy's own keys "threads", "l1_bytes", "l2_bytes",
-                                     "llc_bytes" (not passed to TVM)
+                                     "llc_bytes", "vector_bytes" (not passed to TVM; a
+                                     vector width above the CPU's is legalised by LLVM as
+                                     register pairs: tests pin 64 that way on any host)
     a tvm.target.Target of kind llvm the same
     a Target                         itself
     "cuda", "ascend"                 CompileError: not yet (issues 7-9)
@@ -40,7 +42,7 @@ GENERIC_L2_BYTES = 512 << 10
 GENERIC_LLC_BYTES = 32 << 20
 
 KINDS_LATER = ("cuda", "ascend", "rocm", "opencl", "metal", "vulkan", "c")
-_AKGPY_KEYS = ("threads", "l1_bytes", "l2_bytes", "llc_bytes")
+_AKGPY_KEYS = ("threads", "l1_bytes", "l2_bytes", "llc_bytes", "vector_bytes")
 _HOST_NAMES = ("llvm", "host", "cpu")
 
 
@@ -77,6 +79,11 @@ class Target:
 
     def has(self, feature: str) -> bool:
         return feature in self.features
+
+    @property
+    def vector_registers(self) -> int:
+        """Vector registers code may keep values in: 32 with AVX-512 (and on AArch64), else 16."""
+        return 32 if self.vector_bytes >= 64 or not self.is_x86 else 16
 
     @property
     def is_x86(self) -> bool:
@@ -155,6 +162,8 @@ def _from_dict(d: dict, shown: str | None = None) -> Target:
     for k, v in ours.items():
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise CompileError(f"target {shown}: {k!r} must be a positive int, got {v!r:.40}")
+    if ours.get("vector_bytes", 16) not in (16, 32, 64):
+        raise CompileError(f"target {shown}: 'vector_bytes' must be 16, 32 or 64, got {ours['vector_bytes']!r}")
     tvm_cfg = {k: v for k, v in d.items() if k not in _AKGPY_KEYS}
     try:
         tgt = tvm.target.Target(tvm_cfg)
@@ -182,7 +191,7 @@ def _from_dict(d: dict, shown: str | None = None) -> Target:
 def _make(cpu: str, triple: str, mattr: tuple[str, ...], is_host: bool, ours: dict) -> Target:
     features = _features(cpu, triple, mattr)
     wide = all(f in features for f in ("avx512f", "avx512bw", "avx512vl"))
-    vector_bytes = 64 if wide else 32 if "avx2" in features or "avx" in features else 16
+    vector_bytes = ours.get("vector_bytes") or (64 if wide else 32 if "avx2" in features or "avx" in features else 16)
     caches = _host_caches() if is_host else {}
     l1 = ours.get("l1_bytes") or caches.get(1) or GENERIC_L1_BYTES
     l2 = ours.get("l2_bytes") or caches.get(2) or GENERIC_L2_BYTES

@@ -57,8 +57,10 @@ NET = {"bert_base": "bert", "yolov3_darknet53": "yolo", "wide_deep": "wd", "vgg1
 
 
 def llc_bytes() -> tuple[int, str]:
-    from akgpy.targets.llvm import host_llc_bytes
-    return host_llc_bytes()
+    from akgpy.target import resolve_target
+    host = resolve_target(None)
+    return host.llc_bytes, "sysfs" if host.llc_bytes != resolve_target({"kind": "llvm", "mcpu": "x86-64"}).llc_bytes \
+        else "fallback"
 
 
 def load_set(path: Path) -> list[dict]:
@@ -145,7 +147,7 @@ class Stream:
         b.output(x + y * 3.0)
         g = b.build()
         self.prog = akgpy.fuse(g)
-        from akgpy.schedule.config import default_config
+        from akgpy.targets import default_config
         plain_stores = akgpy.fuse(g, config=default_config().replace(stream_min_bytes=0))
         self.streams = "!nontemporal" in self.prog.kernels[0].source
         self.args = [aligned_copy(np.full(n, 1.0, np.float32)), aligned_copy(np.full(n, 2.0, np.float32))]

@@ -25,9 +25,13 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 
 
+TARGET_KEYS = ("vector_bytes", "l2_bytes")  # facts of the target (akgpy.resolve_target's dict keys)
+
+
 def configs():
-    """Schedule configs that switch on the rules large real graphs reach: streaming stores from
-    1 KiB, both vector widths, prefetch on and off, an L2 small enough to block transposes."""
+    """Schedule configs and target facts that switch on the rules large real graphs reach:
+    streaming stores from 1 KiB, both vector widths, prefetch on and off, an L2 small enough to
+    block transposes (the keys TARGET_KEYS go to the target, the rest to the config)."""
     from hypothesis import strategies as st
     return st.fixed_dictionaries({
         "vector_bytes": st.sampled_from([32, 64]),
@@ -47,7 +51,7 @@ def child(examples: int, seed: int, out: Path) -> None:
     from test_property_layout import layout_graphs
 
     import akgpy
-    from akgpy.schedule.config import default_config
+    from akgpy.targets import default_config
     from akgpy.testing import check_program
 
     n = [0]
@@ -63,7 +67,9 @@ def child(examples: int, seed: int, out: Path) -> None:
         (out / "current.cfg").write_text(json.dumps({"schedule": schedule, "model": g.kind == "model", **kw}))
         print("start", flush=True)
         try:
-            prog = akgpy.fuse(g, schedule=schedule, config=default_config().replace(**kw))
+            target = {"kind": "llvm", **{k: v for k, v in kw.items() if k in TARGET_KEYS}}
+            cfg = default_config().replace(**{k: v for k, v in kw.items() if k not in TARGET_KEYS})
+            prog = akgpy.fuse(g, schedule=schedule, config=cfg, target=target)
             bad = check_program(g, prog, seed=n[0], fenced=True)
             word = "mismatch" if bad else "ok"
             detail = "; ".join(map(str, bad))

@@ -8,10 +8,13 @@ import akgpy
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "corpus"  # AKG test data, byte for byte (corpus/NOTICE.md)
-# Tests that assert lane counts, tile shapes or register counts pin the vector width: the default
-# config takes it from the host CPU (64 bytes with AVX-512, 32 with AVX2 only), and an AVX2 host
-# legalises 64-byte vectors as register pairs, so the decisions and the reference check hold on both.
-WIDE = akgpy.ScheduleConfig(vector_bytes=64)
+# Tests that assert lane counts, tile shapes or register counts pin the vector width: the host
+# target takes it from the CPU (64 bytes with AVX-512, 32 with AVX2 only), and an AVX2 host
+# legalises 64-byte vectors as register pairs, so the decisions and the reference check hold on
+# both. WIDE is that target: the host's CPU with 64-byte vectors and the cache sizes these tests
+# were written for (L1 32 KiB, L2 512 KiB, LLC 32 MiB); BARE the plain choices they ran with.
+WIDE = {"kind": "llvm", "vector_bytes": 64, "l1_bytes": 32 << 10, "l2_bytes": 512 << 10, "llc_bytes": 32 << 20}
+BARE = akgpy.ScheduleConfig()
 
 
 def pytest_configure(config):

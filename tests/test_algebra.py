@@ -11,7 +11,7 @@ import akgpy
 from akgpy import GraphBuilder
 from akgpy.graph.algebra import share_exp
 from akgpy import reference
-from akgpy.schedule.config import default_config
+from akgpy.targets import default_config
 from akgpy.testing import check_program, compare
 
 INEXACT = default_config().replace(inexact_math=True)  # share_exp is ~1.5 ulp, not exact

@@ -13,7 +13,7 @@ from akgpy import GraphBuilder
 from akgpy.te.index import digit_groups, repeats_every
 from akgpy.testing import check_program
 
-from .conftest import WIDE
+from .conftest import BARE, WIDE
 
 GRID_TAIL = [52, 52, 3, 2]  # yolo's [.., 52, 52, 3, 2] tail, walked as one linear index L
 
@@ -59,7 +59,7 @@ def test_elementwise_tail_widens_the_vector_to_the_grid_period():
     """[.., 52, 52, 3, 2] coalesced: the grid reads 2 * (L // 6) + L % 2, whose lane offsets
     repeat every 48 lanes, so the vector is 3 registers wide and no lane is loaded alone."""
     g = _yolo_like(reduce=False)
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     text = prog.explain()
     assert "split by 48 lanes (3 registers per op: each vector's lanes then read a broadcast operand" in text, \
         text[:3000]
@@ -73,7 +73,7 @@ def test_interleaved_sum_widens_its_partials_to_the_grid_period(math, lanes):
     lanes at which the grid's offsets repeat (24), of 16 when the summed value is vector math
     (48: its float32 lanes fill whole registers), one vector of them all."""
     g = _yolo_like(reduce=True, math=math)
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     text = prog.explain()
     assert re.search(rf"vector: \S+_lanes_update: innermost member split by {lanes} lanes", text), text[:3000]
     assert _scalar_loads(prog) == 0
@@ -101,7 +101,7 @@ def _fuse_with_isl_timeouts(monkeypatch, times_out):
         return real(*args, **kwargs)
     monkeypatch.setattr(poly, "compute_schedule_bounded", search)
     g = _yolo_like(reduce=True)
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     return g, prog, prog.explain(), calls
 
 

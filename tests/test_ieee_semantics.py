@@ -177,7 +177,7 @@ def test_reference_integer_division_is_exact_in_int64():
 def test_share_exp_is_off_unless_inexact_math_is_asked_for():
     """c / (exp(-x) + 1) with c = inf at x = -88: IEEE gives inf; share_exp's c * e / (e + 1)
     gives inf * 0 = NaN where e = exp(-|x|) underflows. Off by default, on with inexact_math."""
-    from akgpy.schedule.config import default_config
+    from akgpy.targets import default_config
     b = GraphBuilder("sigmoid_inf")
     x, c = b.input("x", (64, 256)), b.input("c", (64, 256))
     b.output(b.log(b.exp(-b.abs(x)) + 1.0) + b.maximum(x, 0.0), c / (b.exp(-x) + 1.0))

@@ -1,4 +1,4 @@
-"""targets/llvm.build around TVM's compile: the retry without TVM's CSE pass for the kernels it
+"""targets/cpu/llvm.build around TVM's compile: the retry without TVM's CSE pass for the kernels it
 breaks, and that any other code generation failure stays a CompileError."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import tvm
 import akgpy
 from akgpy import GraphBuilder
 from akgpy.errors import CompileError
-from akgpy.targets import llvm
+from akgpy.targets.cpu import llvm
 from akgpy.testing import check_program
 
 
@@ -96,7 +96,7 @@ def test_float16_rounding_chains_ask_llvm_for_parallel_scheduling(monkeypatch, d
     prog = akgpy.fuse(g)
     marked = "float16 rounding chains (" in prog.explain()
     assert marked == (dtype == "float16"), prog.explain()[:3000]
-    host = llvm.host_target()
-    expect = (marked and llvm.is_x86(host) and not tvm.target.codegen.target_has_features("avx512f", host))
+    host = akgpy.resolve_target(None)
+    expect = marked and host.is_x86 and not host.has("avx512f")
     assert [tuple(t.attrs.get("cl-opt", ())) for t in seen] == [llvm.ILP_OPTIONS if expect else ()]
     assert not check_program(g, prog)

@@ -11,7 +11,7 @@ from tvm import tirx
 
 import akgpy
 from akgpy import GraphBuilder
-from akgpy.targets import llvm
+from akgpy.targets.cpu import llvm
 from akgpy.targets.native_fp16 import native_fp16
 from akgpy.testing import check_program
 
@@ -62,15 +62,16 @@ def test_float16_constants_are_float16_values():
 
 def _no_fp16_target():
     """The host's CPU with AVX512-FP16 off, also where LLVM's model of it has the feature."""
-    off = {"mattr": ["-avx512fp16"]} if llvm.is_x86(llvm.host_target()) else {}
-    return {"kind": "llvm", "mcpu": llvm.host_cpu(), **off}
+    host = akgpy.resolve_target(None)
+    off = {"mattr": ["-avx512fp16"]} if host.is_x86 else {}
+    return {"kind": "llvm", "mcpu": host.cpu, **off}
 
 
 def test_avx512fp16_targets_get_packed_half_instructions():
     # compile only: any x86 host's LLVM can generate the code. A CPU that has AVX512-FP16, not
     # the host's with the feature added: on an AVX2 host (Zen 3) +avx512fp16 alone gave scalar
     # half conversions, with no AVX-512 vector length to put the packed ops in
-    if not llvm.is_x86(llvm.host_target()):
+    if not akgpy.resolve_target(None).is_x86:
         pytest.skip("x86 code generation only")
     prog = akgpy.fuse(_chain(), target={"kind": "llvm", "mcpu": "sapphirerapids"})
     asm = prog.kernels[0]._executable.mod.inspect_source("s")
@@ -92,7 +93,7 @@ def _edge_inputs(g, seed=0):
     return out
 
 
-@pytest.mark.skipif(not llvm.has_fp16_arithmetic(llvm.host_target()), reason="host has no AVX512-FP16")
+@pytest.mark.skipif(not llvm.has_fp16_arithmetic(akgpy.resolve_target(None)), reason="host has no AVX512-FP16")
 def test_native_results_are_bit_identical_to_float32_rounding():
     g = _chain()
     native, widened = akgpy.fuse(g), akgpy.fuse(g, target=_no_fp16_target())
@@ -104,14 +105,16 @@ def test_native_results_are_bit_identical_to_float32_rounding():
 
 
 @pytest.mark.parametrize("native, chains", [(True, 2), (False, 4)])
-def test_native_fp16_hosts_default_to_fewer_chain_registers(monkeypatch, native, chains):
-    from akgpy.schedule.config import default_config
-    monkeypatch.setattr(llvm, "has_fp16_arithmetic", lambda tgt: native)
-    assert default_config().chain_registers == chains
+def test_native_fp16_targets_default_to_fewer_chain_registers(native, chains):
+    from akgpy.targets import default_config
+    host = akgpy.resolve_target(None)
+    features = tuple(sorted(set(host.features) - {"avx512fp16"} | ({"avx512fp16"} if native else set())))
+    x86 = host if host.is_x86 else host.replace(triple="x86_64-unknown-linux-gnu")
+    assert default_config(x86.replace(features=features)).chain_registers == chains
 
 
 def test_chain_registers_follow_the_target_not_the_host():
-    from akgpy.schedule.config import default_config
-    x86 = llvm.is_x86(llvm.host_target())
+    from akgpy.targets import default_config
+    x86 = akgpy.resolve_target(None).is_x86
     assert default_config({"kind": "llvm", "mcpu": "skylake"}).chain_registers == 4
     assert default_config({"kind": "llvm", "mcpu": "sapphirerapids"}).chain_registers == (2 if x86 else 4)

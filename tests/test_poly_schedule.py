@@ -9,15 +9,20 @@ import numpy as np
 import pytest
 
 import akgpy
-from akgpy.schedule.config import default_config
+from akgpy.targets import default_config
 from akgpy import GraphBuilder
 from akgpy.testing import check_program, workspace_allocations
 
-from .conftest import CORPUS, WIDE
+from .conftest import CORPUS, BARE, WIDE
 
 # the tile planner's decisions for statements of the graph's own dims: without dim collapsing
 # (graph/collapse.py), which would merge the runs these graphs are built to have
-SHAPED = WIDE.replace(collapse_dims=False)
+SHAPED = BARE.replace(collapse_dims=False)
+
+
+def wide(vector_bytes: int, **facts) -> dict:
+    """The host's CPU as a target with its vector width (and any other facts) pinned."""
+    return {**WIDE, "vector_bytes": vector_bytes, **facts}
 
 
 def _softmax(rows=64, cols=128):
@@ -146,7 +151,7 @@ def test_column_sums_read_two_cache_lines_per_row_step(dtype, vector_bytes, lane
     x = b.input("x", (512, 768), dtype)
     b.output(b.reduce_sum(b.cast(x, "float32") if dtype != "float32" else x, axis=(0,)))
     g = b.build()
-    prog = akgpy.fuse(g, config=akgpy.ScheduleConfig(vector_bytes=vector_bytes))
+    prog = akgpy.fuse(g, config=BARE, target=wide(vector_bytes))
     text = prog.explain()
     regs = lanes * 8 // vector_bytes
     assert re.search(rf"vector: \S+_update: innermost member split by {lanes} lanes \({regs} registers per op: "
@@ -167,7 +172,7 @@ def test_a_column_sum_whose_row_has_a_remainder_runs_in_column_blocks(math):
     x = b.input("x", (64, 2050))
     b.output(b.reduce_sum(b.exp(x * 0.01) if math else x, axis=(0,)))
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     text = prog.explain()
     assert "split by 8 lanes (256 full, a remainder of 2)" in text, text[:3000]
     blocks = "column blocks of 256 (1024 bytes of each input row) outermost (parallel), 8 rows a step"
@@ -340,10 +345,10 @@ def test_config_changes_code_and_stays_correct(schedule, build):
     and every one of them still matches the reference."""
     g = build()
     seen = set()
-    for cfg in [akgpy.ScheduleConfig(),
-                akgpy.ScheduleConfig(vector_bytes=16, tile_i=2, tile_j_vectors=1),
-                akgpy.ScheduleConfig(parallel=False, unroll=False)]:
-        prog = akgpy.fuse(g, schedule=schedule, config=cfg)
+    for cfg, target in [(akgpy.ScheduleConfig(), WIDE),
+                        (akgpy.ScheduleConfig(tile_i=2, tile_j_vectors=1), wide(16)),
+                        (akgpy.ScheduleConfig(parallel=False, unroll=False), WIDE)]:
+        prog = akgpy.fuse(g, schedule=schedule, config=cfg, target=target)
         assert not check_program(g, prog), cfg
         seen.add(prog.kernels[0].tir)
     assert len(seen) == 3, "each config must produce a different loop nest"
@@ -415,7 +420,7 @@ def test_coalescing_stops_where_a_broadcast_operand_changes():
     w = b.input("w", (64, 1, 1))
     b.output(x + w)
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     text = prog.explain()
     assert "members 2..3 coalesced into one of 169 iterations" in text, text[:3000]
     assert "// 169" not in prog.kernels[0].tir
@@ -431,7 +436,7 @@ def test_a_scalar_tail_joins_the_batch_even_with_a_broadcast_operand():
     w = b.input("w", (3, 2))
     b.output(x * w + 1.0)
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     text = prog.explain()
     assert "members 0..4 coalesced into one of 32448 iterations" in text, text[:3000]
     assert "T.vectorized" in prog.kernels[0].tir
@@ -450,7 +455,7 @@ def test_a_tail_with_a_vector_stops_before_an_operand_it_would_gather():
     truth = b.input("truth", (4, 1, 1, 1, 50, 2))
     b.output(b.maximum(b.minimum(boxes, truth) - b.maximum(boxes * 0.5, truth * 0.5), 0.0))
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     text = prog.explain()
     assert "members 4..5 coalesced into one of 100 iterations" in text, text[:3000]
     assert "% 100" not in prog.kernels[0].tir
@@ -463,7 +468,7 @@ def test_a_complex_add_gets_the_tree_passes():
     expression failed on, leaving isl's tree as it was (serial, scalar). Its pieces are read
     apart, and the kernel runs parallel and vectorised."""
     g = akgpy.load_composite(CORPUS / "composite" / "complex" / "complex_add.info")  # CReal/CImag, Add, Complex
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     text = prog.explain()
     assert "passes failed" not in text, text[:3000]
     assert "T.vectorized" in prog.kernels[0].tir
@@ -479,7 +484,7 @@ def test_rows_of_a_bias_are_not_coalesced_with_the_batch():
     w = b.input("w", (84,))
     b.output(x + w)
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     text = prog.explain()
     assert "coalesced" not in text and "a remainder of 4" in text, text[:3000]
     assert not check_program(g, prog)
@@ -495,7 +500,7 @@ def test_a_row_with_whole_registers_is_not_coalesced_across_a_bias():
     w = b.input("w", (255,), "float16")
     b.output(b.transpose(x + w, (0, 3, 1, 2)))
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     text = prog.explain()
     assert "coalesced" not in text and "a remainder of 31" in text, text[:3000]
     assert "% 255" not in prog.kernels[0].tir
@@ -518,7 +523,7 @@ def test_an_elementwise_band_runs_in_storage_order_and_coalesces_past_unit_dims(
     b.output(m)
     b.output(m * 0.5)
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     text = prog.explain()
     assert "fused members in the storage order" in text and "['i0', 'i1', 'i2', 'i3']" in text, text[:3000]
     assert coalesced in text, text[:3000]
@@ -588,7 +593,7 @@ def test_contraction_tile_accumulates_in_registers(dtype):
     to vectorise the update (no init left in its block), so LLVM got scalar code to widen. The
     buffer is on the stack (a "local" one was a workspace allocation, a call, per tile)."""
     g = _matmul("mm_tile", (96, 64), (64, 48), dtype)
-    prog = akgpy.fuse(g, config=default_config().replace(vector_bytes=32))
+    prog = akgpy.fuse(g, config=default_config(), target=wide(32))
     tir = prog.kernels[0].tir
     update = tir[tir.index("for k"):]
     update = update[:update.index('T.sblock("', update.index('T.sblock("MatMul_0_update")') + 1)]
@@ -604,22 +609,23 @@ def test_register_tile_fits_the_vector_registers_for_float32_operands():
     the config's bounds hold. And in the machine code of a float32 GEMM's reduction loop no
     accumulator is reloaded from the stack (with 8 x 2 LLVM reloaded and stored 3 a step)."""
     from akgpy.schedule.plain import register_tile
-    avx2, avx512 = default_config().replace(vector_bytes=32), default_config().replace(vector_bytes=64)
-    assert register_tile(768, 768, 8, avx2, False) == (6, 16)
-    assert register_tile(2048, 3072, 8, avx2, False) == (4, 24)
-    assert register_tile(2048, 3072, 8, avx2, True) == (8, 16)
-    assert register_tile(2048, 3072, 16, avx512, False) == (8, 48)
-    assert register_tile(768, 768, 8, avx2.replace(tile_i=2, tile_j_vectors=1), False) == (2, 8)
-    assert register_tile(32, 26, 8, avx2, False) == (8, 13)  # no whole vectors: largest divisors
+    cfg = default_config()
+    assert register_tile(768, 768, 8, cfg, False, registers=16) == (6, 16)
+    assert register_tile(2048, 3072, 8, cfg, False, registers=16) == (4, 24)
+    assert register_tile(2048, 3072, 8, cfg, True, registers=16) == (8, 16)
+    assert register_tile(2048, 3072, 16, cfg, False, registers=32) == (8, 48)
+    assert register_tile(768, 768, 8, cfg.replace(tile_i=2, tile_j_vectors=1), False, registers=16) == (2, 8)
+    assert register_tile(32, 26, 8, cfg, False, registers=16) == (8, 13)  # no whole vectors: largest divisors
     # A widened per tile: as many accumulators, the most columns (A is converted once per column tile)
-    assert register_tile(1024, 32, 8, avx2, False) == (8, 8)
-    assert register_tile(1024, 32, 8, avx2, False, widened=True) == (4, 16)
+    assert register_tile(1024, 32, 8, cfg, False, registers=16) == (8, 8)
+    assert register_tile(1024, 32, 8, cfg, False, widened=True, registers=16) == (4, 16)
     # rows padded: 6 rows x 2 vectors for 128 rows (132 computed), not for 13 (18: too much waste)
-    assert register_tile(128, 1024, 8, avx2, False) == (8, 8)
-    assert register_tile(128, 1024, 8, avx2, False, padded=True) == (6, 16)
-    assert register_tile(13, 1024, 8, avx2, False, padded=True) == register_tile(13, 1024, 8, avx2, False)
+    assert register_tile(128, 1024, 8, cfg, False, registers=16) == (8, 8)
+    assert register_tile(128, 1024, 8, cfg, False, padded=True, registers=16) == (6, 16)
+    assert register_tile(13, 1024, 8, cfg, False, padded=True, registers=16) == \
+        register_tile(13, 1024, 8, cfg, False, registers=16)
     g = _matmul("mm_spill", (96, 256), (256, 96))
-    prog = akgpy.fuse(g, config=avx2)
+    prog = akgpy.fuse(g, config=cfg, target=wide(32))
     assert "MatMul_0: register tile 6 rows x 16 columns" in prog.explain()
     asm = prog.kernels[0]._executable.mod.inspect_source("s").splitlines()
     labels = {m.group(1): i for i, ln in enumerate(asm) if (m := re.match(r"^(\.?\w+):", ln))}
@@ -649,7 +655,7 @@ def test_float16_a_is_converted_per_tile_not_per_multiply_add(case):
         b.output(b.matmul(x, w, transpose_a=case == "transpose_a", transpose_b=case == "transpose_b"))
         stage, chunk = "MatMul_0_widenA", "k_0 in range("
     g = b.build()
-    prog = akgpy.fuse(g, config=default_config().replace(vector_bytes=32))
+    prog = akgpy.fuse(g, config=default_config(), target=wide(32))
     tir = prog.kernels[0].tir
     assert "A converted to float32 per tile" in prog.explain()
     widen = tir.index(f'T.sblock("{stage}")')
@@ -676,7 +682,7 @@ def test_long_rows_of_b_are_packed_into_panels(transpose_b, rows):
     w = b.input("w", (512, 96) if transpose_b else (96, 512))
     b.output(b.relu(b.matmul(x, w, transpose_b=transpose_b)))
     g = b.build()
-    prog = akgpy.fuse(g, config=default_config().replace(vector_bytes=32))
+    prog = akgpy.fuse(g, config=default_config(), target=wide(32))
     tir = prog.kernels[0].tir
     panels = re.findall(r"(\w+) = T.sblock_alloc_buffer\(\((\d+), 96, (\d+)\)", tir)
     if rows >= 128:
@@ -708,7 +714,7 @@ def test_rows_no_tile_divides_are_padded(case):
     else:
         b.output(b.relu(y + b.input("bias", (256,), dt)))
     g = b.build()
-    prog = akgpy.fuse(g, config=default_config().replace(vector_bytes=32))
+    prog = akgpy.fuse(g, config=default_config(), target=wide(32))
     text = prog.explain()
     assert "register tile 6 rows x 16 columns" in text and "rows padded to a multiple of 6" in text, text[:1500]
     tir = prog.kernels[0].tir
@@ -729,7 +735,7 @@ def test_b_past_the_tlb_reach_is_packed_for_few_rows(k, dtype):
     g = _matmul("mm_gemv", (32, k), (k, 1024), dtype)
     size = k * 1024 * (2 if dtype == "float16" else 4)
     for llc in (64 << 20, 8 << 20):
-        prog = akgpy.fuse(g, config=default_config().replace(vector_bytes=32, llc_bytes=llc))
+        prog = akgpy.fuse(g, config=default_config(), target=wide(32, llc_bytes=llc))
         assert ("B packed into panels" in prog.explain()) == (8 << 20 <= size <= llc), (size, llc)
     assert not check_program(g, prog)
 
@@ -740,7 +746,7 @@ def test_the_panel_copy_of_b_moves_vectors(dtype):
     loads and stores (it had copied one scalar element at a time, index arithmetic per element:
     for 128 rows of A as long as the tiles themselves)."""
     g = _matmul("mm_pack", (128, 768), (768, 3072), dtype)
-    prog = akgpy.fuse(g, config=default_config().replace(vector_bytes=64))
+    prog = akgpy.fuse(g, config=default_config(), target=wide(64))
     assert "B packed into panels" in prog.explain()
     lines = prog.kernels[0].tir.splitlines()
     at = [i for i, line in enumerate(lines) if 'T.sblock("w_global")' in line]
@@ -880,7 +886,7 @@ def test_a_sum_and_a_gradient_of_one_input_share_the_batch_loop():
     b.output((w * (b.maximum(x, 0.0) - x * z + b.log(b.exp(-b.abs(x)) + 1.0))).sum())
     b.output((1.0 / (b.exp(-x) + 1.0) - z) * w)
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     text = prog.explain()
     part = re.search(r"parallel: part (\d+): member 0 \(i0 of S_Mul_\d+\)", text)
     assert part, text[:3000]
@@ -897,7 +903,7 @@ def test_long_rows_split_into_chunks_still_sum_in_vector_partials():
     x = b.input("x", (64, 8192))
     b.output(b.reduce_sum(b.exp(x * 0.01), axis=(1,)))
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     text = prog.explain()
     assert "rfactor): ReduceSum_2_partial" in text, text[:2000]
     assert re.search(r"vector: \S+_partial_rf_update: innermost member split by 64 lanes", text), text[:3000]
@@ -913,7 +919,7 @@ def test_long_rows_without_a_fitting_divisor_stay_whole_and_sum_in_lanes():
     x = b.input("x", (64, 6 * 2053))
     b.output(b.reduce_sum(b.exp(x * 0.01), axis=(1,)))
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     tir = prog.kernels[0].tir
     assert "_partial" not in tir and "ReduceSum_2_lanes" in tir, prog.explain()[:3000]
     assert re.search(r"vector: \S+_lanes_update: innermost member split by \d+ lanes", prog.explain())
@@ -929,7 +935,7 @@ def test_a_float16_max_over_an_odd_row_takes_float32_lanes():
     x = b.input("x", (16, 6 * 2053), "float16")
     b.output(x.max(axis=(1,), keepdims=True))
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     assert re.search(r"vector: \S*ReduceMax\S*_lanes_update: innermost member split by \d+ lanes", prog.explain())
     assert not check_program(g, prog)
     v = np.random.default_rng(1).standard_normal((16, 6 * 2053)).astype(np.float16)
@@ -948,7 +954,7 @@ def test_a_float16_max_over_rows_a_vector_divides_has_float32_partials():
     x = b.input("x", (64, 128), "float16")
     b.output(x.max(axis=(1,), keepdims=True))
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     tir = prog.kernels[0].tir
     # float32 is TVMScript's default dtype, which it leaves out
     assert re.search(r'ReduceMax_\w*_rf = T\.sblock_alloc_buffer\(\(64, 1, 16\)\)', tir), tir[:2000]
@@ -966,7 +972,7 @@ def test_integer_sums_take_lanes_only_with_wide_accumulators(dtype, lanes):
     b = GraphBuilder("int_rows")
     b.output(b.reduce_sum(b.input("x", (64, 999), dtype), axis=(1,)))
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     assert ("_lanes = T.sblock_alloc_buffer" in prog.kernels[0].tir) is lanes
     assert not check_program(g, prog)
 
@@ -982,7 +988,7 @@ def test_a_channel_sum_over_nchw_sums_each_image_in_lanes(shape):
     b.output(b.reduce_sum(x, axis=(0, 2, 3)))
     b.output(b.reduce_sum(x * x, axis=(0, 2, 3)))
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     text = prog.explain()
     assert len(re.findall(r"vector: \S+_lanes_update: innermost member split by \d+ lanes", text)) == 2, text[:3000]
     assert re.search(rf"_lanes = T.sblock_alloc_buffer\(\({shape[0]}, {shape[1]}, \d+\)", prog.kernels[0].tir)
@@ -1000,7 +1006,7 @@ def test_a_sum_whose_row_no_vector_divides_sums_in_interleaved_lanes(shape, axis
     x = b.input("x", shape, dtype)
     b.output(b.reduce_sum(x * 2.0, axis=axis))
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     text = prog.explain()
     assert re.search(r"vector: \S+_lanes_update: innermost member split by \d+ lanes", text), text[:3000]
     assert "_tail = T.sblock_alloc_buffer" in prog.kernels[0].tir
@@ -1017,7 +1023,7 @@ def test_a_row_that_does_not_fill_whole_registers_reduces_in_fewer_partials(shap
     x = b.input("x", shape)
     b.output(b.reduce_max(x * 2.0, axis=axis))
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     assert re.search(r"rfactor\): ReduceMax_1\b", prog.explain()), prog.explain()[:2000]
     assert re.search(rf"_rf = T.sblock_alloc_buffer\(\([^)]*\b{partials},?\)", prog.kernels[0].tir), \
         prog.kernels[0].tir[:1500]
@@ -1037,7 +1043,7 @@ def test_row_sums_of_vector_math_step_over_several_registers(row, partials):
     b.output(b.reduce_sum(b.maximum(x, 0.0) - x * z + b.log(b.exp(-b.abs(x)) + 1.0), axis=(1,)))
     g = b.build()
     for regs, want in [(4, partials), (1, 16)]:
-        prog = akgpy.fuse(g, config=WIDE.replace(math_registers=regs))
+        prog = akgpy.fuse(g, config=BARE.replace(math_registers=regs), target=WIDE)
         assert re.search(rf"_rf = T.sblock_alloc_buffer\(\(64, {want}\), \"float64\"\)", prog.kernels[0].tir), \
             prog.kernels[0].tir[:1500]
         assert f"_rf_update: innermost member split by {want} lanes" in prog.explain(), prog.explain()[:3000]
@@ -1055,12 +1061,12 @@ def test_elementwise_vector_math_runs_several_registers_per_op(shape, regs):
     x, z = b.input("x", shape), b.input("z", shape)
     b.output(b.maximum(x, 0.0) - x * z + b.log(b.exp(-b.abs(x)) + 1.0))
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     wide = "split by 64 lanes (4 registers per op: a latency-bound chain of vector math" in prog.explain()
     assert wide == (regs == 4), prog.explain()[:3000]
     assert ("T.vectorized(64)" in prog.kernels[0].tir) == (regs == 4)
     assert not check_program(g, prog)
-    off = akgpy.fuse(g, config=WIDE.replace(math_registers=1))
+    off = akgpy.fuse(g, config=BARE.replace(math_registers=1), target=WIDE)
     assert "registers per op" not in off.explain() and "T.vectorized(64)" not in off.kernels[0].tir
     assert not check_program(g, off)
 
@@ -1081,7 +1087,7 @@ def test_math_sums_over_several_axes_take_more_registers_of_partials(shape, regs
     w = b.input("w", shape[:-1] + (1,))
     b.output((w * (b.maximum(x, 0.0) - x * z + b.log(b.exp(-b.abs(x)) + 1.0))).sum(axis=axis))
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE.replace(sum_math_registers=regs))
+    prog = akgpy.fuse(g, config=BARE.replace(sum_math_registers=regs), target=WIDE)
     tir = prog.kernels[0].tir
     assert re.search(rf"_rf = T.sblock_alloc_buffer\(\([^)]*, {partials}\), \"float64\"\)", tir), tir[:1500]
     assert f"_rf_update: innermost member split by {partials} lanes" in prog.explain(), prog.explain()[:3000]
@@ -1099,7 +1105,7 @@ def test_a_full_sum_to_a_scalar_sums_in_vector_partials(shape):
     b.output((b.maximum(x, 0.0) - x * z + b.log(b.exp(-b.abs(x)) + 1.0)).sum())
     g = b.build()
     assert g.tensors[g.outputs[0]].shape == ()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     text = prog.explain()
     assert re.search(r"rfactor\): \S+_partial\b", text), text[:2000]
     assert re.search(r"vector: \S+_partial_rf_update: innermost member split by \d+ lanes", text), text[:3000]
@@ -1136,7 +1142,7 @@ def test_a_chunked_loss_sum_keeps_each_chunks_lane_partials_in_registers(scales)
         w = b.input(f"w{n}", shape[:-1] + (1,))
         b.output((w * (b.maximum(x, 0.0) - x * z + b.log(b.exp(-b.abs(x)) + 1.0))).sum())
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     rf = {n: s for n, s in _compacted_allocations(prog).items() if n.endswith("_partial_rf")}
     assert len(rf) == len(scales) and all(s == (1, 1, 1, 80) for s in rf.values()), rf
     text = prog.explain()
@@ -1190,7 +1196,7 @@ def test_transposes_run_in_registers(shape, perm, dtype, cast, tile):
     x = b.input("x", shape, dtype)
     b.output(b.transpose(b.cast(x, cast) if cast else x, perm))
     g = b.build()
-    prog = akgpy.fuse(g, schedule="poly", config=SHAPED)
+    prog = akgpy.fuse(g, schedule="poly", config=SHAPED, target=WIDE)
     text = prog.explain()
     assert f"each tile ({tile}) is transposed in registers" in text, text[:3000]
     assert "codegen:" not in text and "T.Shuffle" in prog.kernels[0].tir
@@ -1212,7 +1218,7 @@ def test_register_transpose_interleaves_rows_before_storing(shape, perm, dtype, 
     x = b.input("x", shape, dtype)
     b.output(b.transpose(x, perm))
     g = b.build()
-    prog = akgpy.fuse(g, schedule="poly", config=SHAPED)
+    prog = akgpy.fuse(g, schedule="poly", config=SHAPED, target=WIDE)
     assert f"each tile ({tile}) is transposed in registers" in prog.explain()
     tir = prog.kernels[0].tir
     rounds = re.findall(r"trn\w+: T\.let\[[\w.]+\] = T\.Shuffle\(\[(\w+), (\w+)\]", tir)
@@ -1235,7 +1241,8 @@ def test_narrow_elements_transpose_in_narrower_registers(dtype, narrow, tile, ve
     x = b.input("x", (4, 3, 3, 256), dtype)
     b.output(b.transpose(x, (0, 3, 1, 2)))
     g = b.build()
-    prog = akgpy.fuse(g, config=akgpy.ScheduleConfig(vector_bytes=32, narrow_transpose_bytes=narrow))
+    prog = akgpy.fuse(g, config=akgpy.ScheduleConfig(narrow_transpose_bytes=narrow),
+                      target=wide(32))
     assert f"each tile ({tile}) is transposed in registers" in prog.explain()
     assert f"T.let[T.{vector}]" in prog.kernels[0].tir
     assert not check_program(g, prog)
@@ -1252,7 +1259,7 @@ def test_default_narrow_transpose_width_follows_the_cpu(mcpu, want):
     x = b.input("x", (4, 3, 3, 256), "float16")
     b.output(b.transpose(x, (0, 3, 1, 2)))
     g = b.build()
-    prog = akgpy.fuse(g, config=cfg.replace(vector_bytes=64))
+    prog = akgpy.fuse(g, config=cfg, target=wide(64))
     assert f"each tile ({want // 2} x 9) is transposed in registers" in prog.explain()
     assert not check_program(g, prog)
 
@@ -1331,7 +1338,7 @@ def test_a_transpose_producer_with_a_short_row_coalesces_its_loops():
     scalar moves (yolo ~4991: 75% of its time in that loop). The producer's contiguous dims
     run as one linear loop of full 32-lane vectors instead; the other output shares it."""
     g = _yolo_transpose_of_math()
-    prog = akgpy.fuse(g, schedule="poly", config=SHAPED)
+    prog = akgpy.fuse(g, schedule="poly", config=SHAPED, target=WIDE)
     text = prog.explain()
     assert re.search(r"order: S_\w+: members 0\.\.2 coalesced into one of 21632 iterations", text), text[:3000]
     assert re.search(r"S_\w+ runs in the loops of S_\w+", text), text[:3000]
@@ -1378,14 +1385,14 @@ def test_float16_rounding_chains_get_wider_vectors():
     with many of them runs 4 registers per vector op, so more independent lanes are in flight;
     the knob turns it off, and float32 math (no roundings) keeps one register."""
     g = _gelu_tanh("float16")
-    wide = akgpy.fuse(g, schedule="poly", config=WIDE)
+    wide = akgpy.fuse(g, schedule="poly", config=BARE, target=WIDE)
     assert "split by 128 lanes (4 registers per op" in wide.explain()
     assert "T.vectorized(128)" in wide.kernels[0].tir
     assert not check_program(g, wide)
-    narrow = akgpy.fuse(g, schedule="poly", config=WIDE.replace(chain_registers=1))
+    narrow = akgpy.fuse(g, schedule="poly", config=BARE.replace(chain_registers=1), target=WIDE)
     assert "registers per op" not in narrow.explain() and "T.vectorized(32)" in narrow.kernels[0].tir
     assert not check_program(g, narrow)
-    assert "registers per op" not in akgpy.fuse(_gelu_tanh("float32"), schedule="poly", config=WIDE).explain()
+    assert "registers per op" not in akgpy.fuse(_gelu_tanh("float32"), schedule="poly", config=BARE, target=WIDE).explain()
 
 
 @pytest.mark.parametrize("schedule", ["poly", "plain"])
@@ -1416,7 +1423,7 @@ def test_softmax_computes_its_exp_once(shape, kept):
     e = b.exp(x - x.max(axis=-1, keepdims=True))
     b.output(e / e.sum(axis=-1, keepdims=True))
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     tir = prog.kernels[0].tir
     assert ('T.sblock("Exp_2")' in tir) == kept, tir[:3000]
     if kept:  # the division reads the exp back: none of its lets (te/fastmath.py) in there
@@ -1442,7 +1449,7 @@ def test_a_row_sums_float16_operand_shared_with_siblings_is_computed_once(shape,
     b.output(b.cast(m, "float32") if sibling == "beside" else b.cast(m, "float32") * total)
     b.output(total)
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     inlined = next(line for line in prog.explain().splitlines() if line.startswith("inlined before scheduling"))
     assert ("Mul_2" not in inlined) == kept, inlined
     if kept:  # the sum reads p back: no float16 rounding left in its update
@@ -1470,7 +1477,7 @@ def test_a_float16_bias_cast_from_float32_is_rounded_once_per_column(rows, bias,
     b.output(y)
     b.output(y * (b.tanh(y * 0.79785) + 1.0) * 0.5)
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     explain = prog.explain()
     inlined = next(line for line in explain.splitlines() if line.startswith("inlined before scheduling"))
     assert ("Cast_0" not in inlined) == kept, inlined
@@ -1499,7 +1506,7 @@ def test_a_max_over_rows_no_vector_divides_runs_in_interleaved_lanes(shape, dtyp
     x = b.input("x", shape, dtype)
     b.output(x.max(axis=-1, keepdims=True) if shape != (65, 49) else x.max())
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     assert ("_lanes = T.sblock_alloc_buffer" in prog.kernels[0].tir) == lanes, prog.kernels[0].tir[:2000]
     assert not check_program(g, prog)
 
@@ -1534,7 +1541,7 @@ def test_sums_of_vector_math_keep_wider_float64_partials():
         return b.build()
     for kind, lanes in [("math", 64), ("cast", 8)]:
         g = row_sum(kind)
-        prog = akgpy.fuse(g, schedule="poly", config=WIDE)
+        prog = akgpy.fuse(g, schedule="poly", config=BARE, target=WIDE)
         assert re.search(rf"vector: S_\w+_rf_update: innermost member split by {lanes} lanes", prog.explain()), kind
         assert not check_program(g, prog)
 
@@ -1561,7 +1568,7 @@ def test_isl_parts_sharing_their_rows_run_under_one_loop():
     parts, each over all 2048 rows; merged, each row is read once for both."""
     path = next((CORPUS / "networks" / "bert_base").glob("*_15797801861397653896.info"))
     g = akgpy.load_composite(path)
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     text = prog.kernels[0].explain()
     assert "top-level parts share their outer loops" in text and "merged into 1" in text
     ast = text[text.index("== isl AST"):text.index("== scheduled TIR")]
@@ -1576,7 +1583,7 @@ def test_dependent_parts_share_every_loop_they_both_have():
     row, so both loops are shared: the sum reads the row just written, not a row 128 rows back."""
     path = next((CORPUS / "networks" / "bert_base").glob("*_10656283499187844253.info"))
     g = akgpy.load_composite(path)
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     text = prog.kernels[0].explain()
     assert "merged into 1, each part's statements run per iteration of them: 2 loop(s)" in text
     ast = text[text.index("== isl AST"):text.index("== scheduled TIR")]
@@ -1588,7 +1595,7 @@ def test_independent_parts_share_only_their_outer_loop():
     """Parts that only read the same input (yolo ~1373's seven transposes) keep one shared loop:
     two made them 1.4x slower (10.6 against 7.6 ms)."""
     path = next((CORPUS / "networks" / "yolov3_darknet53").glob("*_4455637876939621373.info"))
-    text = akgpy.fuse(akgpy.load_composite(path), config=WIDE).kernels[0].explain()
+    text = akgpy.fuse(akgpy.load_composite(path), config=BARE, target=WIDE).kernels[0].explain()
     got = re.search(r"merged into \d+, each part's statements run per iteration of them: (.*)", text)
     assert got and set(re.findall(r"(\d+) loop\(s\)", got.group(1))) == {"1"}, got
 
@@ -1599,7 +1606,7 @@ def test_parts_merged_over_every_dim_become_one_vectorised_band():
     they vectorise (0.134 -> 0.078 ms, kernel alone)."""
     path = next((CORPUS / "networks" / "deep_fm").glob("*_16800194281393845606.info"))
     g = akgpy.load_composite(path)
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     text = prog.kernels[0].explain()
     assert "merged into 1" in text and re.search(r"fusion: part 0: \d+ statement\(s\) fused under 1 shared loop", text)
     assert "vector: part 0: innermost member split by" in text
@@ -1613,7 +1620,7 @@ def test_merged_parts_still_coalesce_short_trailing_dims():
     keep their vector loops: the trailing dims coalesce down to the part's first loop, since
     the shared loop outside already runs in parallel (they had become scalar loops)."""
     path = next((CORPUS / "networks" / "yolov3_darknet53").glob("*_17202220326050881751.info"))
-    text = akgpy.fuse(akgpy.load_composite(path), config=WIDE).kernels[0].explain()
+    text = akgpy.fuse(akgpy.load_composite(path), config=BARE, target=WIDE).kernels[0].explain()
     merged = [ln for ln in text.splitlines() if re.match(r"(vector|order): part \d+\.\d+:", ln)]
     assert merged and not any("scalar" in ln for ln in merged), "\n".join(merged)
     assert any("members 0..2 coalesced" in ln for ln in merged)
@@ -1628,7 +1635,7 @@ def test_channel_sum_walks_its_input_in_storage_order():
     x = b.input("x", (8, 16, 57, 57))
     b.output(b.reduce_sum(x, axis=(0, 2, 3)))
     g = b.build()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     text = prog.explain()
     hit = re.search(r"order: (\S+_lanes_update): outer parallel dims by their stride in its largest array: "
                     r"\['i0', 'i2', 'i1', 'kf'\]", text)
@@ -1648,7 +1655,7 @@ def test_fused_reduction_rows_walk_the_input_in_storage_order():
     order; both match the reference."""
     path = next((CORPUS / "networks" / "yolov3_darknet53").glob("*_12524199302917293153.info"))
     g = akgpy.load_composite(path)
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     text = prog.kernels[0].explain()
     # batch outermost: reordered in the sum's own band, or (since the gradient shares the sum's
     # batch loop, parts.merge_parts) the shared loop, with the chunks inside it
@@ -1721,7 +1728,7 @@ def test_transpose_tile_width_leaves_room_for_rows(channels, tile):
     x = b.input("x", (2, channels, 52, 52), "float16")
     b.output(b.transpose(x, (0, 2, 3, 1)))
     g = b.build()
-    prog = akgpy.fuse(g, config=SHAPED)
+    prog = akgpy.fuse(g, config=SHAPED, target=WIDE)
     assert f"each tile ({tile}) is transposed in registers" in prog.explain()
     assert not check_program(g, prog)
 
@@ -1737,7 +1744,7 @@ def test_transpose_rows_without_a_fitting_divisor_take_a_partial_last_tile(rows,
     x = b.input("x", (2, rows, 26, 26), "float16")
     b.output(b.transpose(x, (0, 2, 3, 1)))
     g = b.build()
-    prog = akgpy.fuse(g, config=SHAPED)
+    prog = akgpy.fuse(g, config=SHAPED, target=WIDE)
     text = prog.explain()
     assert f"each tile (26 x {full}) is transposed in registers" in text, text[:3000]
     assert bool(re.search(rf"the last tile along \w+ \({last} rows\) runs apart", text)) == bool(last), text[:3000]
@@ -1773,7 +1780,7 @@ def test_a_transpose_and_its_producer_share_the_transposed_dim_in_blocks():
     transpose read it (1.4 MB there, past L2). Blocked in c, the intermediate of a block fits
     half of L2 and is read back from it; the block is a multiple of the transpose's tile rows."""
     g = _transposed_product((2, 256, 26, 26))
-    prog = akgpy.fuse(g, config=SHAPED.replace(l2_bytes=256 << 10))
+    prog = akgpy.fuse(g, config=SHAPED, target={**WIDE, "l2_bytes": 256 << 10})
     text = prog.explain()
     got = re.search(r"the transposed dim \(i1 of \w+, 256\) shared in blocks of (\d+)", text)
     assert got, text[:3000]
@@ -1783,7 +1790,7 @@ def test_a_transpose_and_its_producer_share_the_transposed_dim_in_blocks():
     assert _compacted_allocs(prog) == [f"1, {block}, 26, 26"]
     assert not check_program(g, prog)
     # an L2 too small for one block's intermediate: the whole plane, as before
-    whole = akgpy.fuse(g, config=SHAPED.replace(l2_bytes=4 << 10))
+    whole = akgpy.fuse(g, config=SHAPED, target={**WIDE, "l2_bytes": 4 << 10})
     assert "shared in blocks of" not in whole.explain() and _compacted_allocs(whole) == ["1, 256, 26, 26"]
     assert whole.kernels[0].tir != prog.kernels[0].tir
     assert not check_program(g, whole)
@@ -1811,10 +1818,10 @@ def test_a_streamed_transpose_stores_whole_cache_lines(shape, perm, dtype, vecto
     x = b.input("x", shape, dtype)  # over 1 MiB: outputs of 1 MiB or more stream
     b.output(b.transpose(b.cast(x, "float16") if dtype != "float16" else x, perm))
     g = b.build()
-    cfg = SHAPED.replace(vector_bytes=vector_bytes, narrow_transpose_bytes=narrow)
-    cached = akgpy.fuse(g, config=cfg)
+    cfg = SHAPED.replace(narrow_transpose_bytes=narrow)
+    cached = akgpy.fuse(g, config=cfg, target=wide(vector_bytes))
     assert f"each tile ({cached_tile}) is transposed in registers" in cached.explain()
-    streamed = akgpy.fuse(g, config=cfg.replace(stream_min_bytes=1 << 10))
+    streamed = akgpy.fuse(g, config=cfg.replace(stream_min_bytes=1 << 10), target=wide(vector_bytes))
     text = streamed.explain()
     assert f"each tile ({streamed_tile}) is transposed in registers" in text, text[:3000]
     assert "streaming stores: candidates" in text
@@ -1824,8 +1831,7 @@ def test_a_streamed_transpose_stores_whole_cache_lines(shape, perm, dtype, vecto
 
 
 def llvm_is_x86() -> bool:
-    from akgpy.targets import llvm
-    return llvm.is_x86(llvm.host_target())
+    return akgpy.resolve_target(None).is_x86
 
 
 def test_transpose_blocks_with_a_batch_of_one_run_one_parallel_loop():
@@ -1833,7 +1839,7 @@ def test_transpose_blocks_with_a_batch_of_one_run_one_parallel_loop():
     thread pool; the statements' own loops below it stay serial (a nested parallel loop is an
     LLVM codegen error in TVM's thread pool)."""
     g = _transposed_product((1, 256, 13, 13))
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     text = prog.explain()
     assert re.search(r"parallel: part 0: member 0 \(floor\(\(i1\) / \d+\)", text), text[:3000]
     assert prog.kernels[0].tir.count("T.parallel") == 1

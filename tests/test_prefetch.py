@@ -10,7 +10,7 @@ import tvm_ffi
 import akgpy
 from akgpy import GraphBuilder
 from akgpy.errors import CompileError
-from akgpy.schedule.config import default_config
+from akgpy.targets import default_config
 from akgpy.schedule.stream import ATTR as STREAM_ATTR
 from akgpy.schedule.stream import PREFETCH_ATTR
 from akgpy.targets.prefetch import prefetch_func

@@ -220,18 +220,18 @@ def transposed_products(draw):
     m = (x >= y).astype(dtype) * x
     b.output(x - m)
     b.output(b.transpose(m * 0.5, (0, 2, 3, 1) if to_nhwc else (0, 3, 1, 2)))
-    cfg = akgpy.ScheduleConfig(vector_bytes=draw(st.sampled_from([32, 64])),
-                               l2_bytes=draw(st.sampled_from([16 << 10, 1 << 20])),
-                               stream_min_bytes=1 << 10 if stream else 0, stream_share=0.0)
-    return b.build(), cfg
+    cfg = akgpy.ScheduleConfig(stream_min_bytes=1 << 10 if stream else 0, stream_share=0.0)
+    target = {"kind": "llvm", "vector_bytes": draw(st.sampled_from([32, 64])),
+              "l2_bytes": draw(st.sampled_from([16 << 10, 1 << 20]))}
+    return b.build(), cfg, target
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow],
           derandomize="AKGPY_FUZZ_EXAMPLES" not in os.environ)
 @given(case=transposed_products(), seed=st.integers(0, 2 ** 16))
 def test_random_transposed_products_match_reference(case, seed: int):
-    g, cfg = case
-    prog = akgpy.fuse(g, schedule="poly", config=cfg)
+    g, cfg, target = case
+    prog = akgpy.fuse(g, schedule="poly", config=cfg, target=target)
     assert "schedule path: poly/" in prog.explain(), g.describe()
     bad = check_program(g, prog, seed=seed)
-    assert not bad, f"{g.describe()} {cfg}\n" + "\n".join(map(str, bad))
+    assert not bad, f"{g.describe()} {cfg} {target}\n" + "\n".join(map(str, bad))

@@ -363,16 +363,16 @@ def test_vector_width_comes_from_the_cpu_features_not_its_name(monkeypatch, miss
     """A Xeon VM that LLVM names "rocketlake" has AVX-512: the width follows LLVM's feature set
     for the host CPU, and 512-bit lanes need the byte/word forms (BW) and short forms (VL) too."""
     import tvm
-    from akgpy.schedule.config import default_config
-    from akgpy.targets import llvm
-    monkeypatch.setattr(tvm.target.codegen, "target_has_features", lambda f, tgt: f not in missing)
-    monkeypatch.setattr(llvm, "host_cpu", lambda: "rocketlake")
-    caches = (llvm.host_vector_bytes, llvm.host_target, llvm.host_mattr)
+    from akgpy import target as tg
+    have = {"sse2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl"} - set(missing)
+    monkeypatch.setattr(tvm.target.codegen, "llvm_get_cpu_features", lambda tgt: have)
+    monkeypatch.setattr(tg, "_host_cpu", lambda: "rocketlake")
+    caches = (tg._features, tg._host)
     for c in caches:
         c.cache_clear()
     try:
-        assert llvm.host_vector_bytes() == want
-        assert default_config().vector_bytes == want
+        assert tg.resolve_target(None).vector_bytes == want
+        assert tg.resolve_target({"kind": "llvm", "mcpu": "rocketlake"}).vector_bytes == want
     finally:  # the real host's values again, not the mocked ones
         for c in caches:
             c.cache_clear()

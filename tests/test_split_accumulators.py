@@ -12,7 +12,7 @@ from akgpy import GraphBuilder
 from akgpy.targets import split_accumulators, tir_pipeline
 from akgpy.testing import check_program
 
-from .conftest import WIDE
+from .conftest import BARE, WIDE
 
 
 def _grid_sum_of_exp():
@@ -44,7 +44,7 @@ def test_chunks_are_the_largest_power_of_two_in_a_register(n, bits, chunk):
 
 def test_48_lane_partials_stay_whole_registers():
     g = _grid_sum_of_exp()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     widths = _phi_widths(prog)
     assert widths and not _odd(widths), widths
     assert not check_program(g, prog)
@@ -55,7 +55,7 @@ def test_without_the_split_llvm_carries_the_odd_vector(monkeypatch):
     ever learns to split it well, this test says the pass may go)."""
     monkeypatch.setattr(tir_pipeline, "split_func", lambda f: f)
     g = _grid_sum_of_exp()
-    prog = akgpy.fuse(g, config=WIDE)
+    prog = akgpy.fuse(g, config=BARE, target=WIDE)
     assert _odd(_phi_widths(prog)) == {"48"}
     assert not check_program(g, prog)
 

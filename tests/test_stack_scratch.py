@@ -9,7 +9,7 @@ import pytest
 
 import akgpy
 from akgpy import GraphBuilder
-from akgpy.schedule.config import default_config
+from akgpy.targets import default_config
 from akgpy.targets import stack_scratch
 from akgpy.testing import check_program, workspace_allocations
 
@@ -19,7 +19,7 @@ def _matmul():
     bytes, past TVM's 1024-byte stack bound, and is declared once per tile of the parallel loop."""
     b = GraphBuilder("mm_scratch")
     b.output(b.matmul(b.input("x", (64, 96)), b.input("w", (96, 192))))
-    return b.build(), default_config().replace(vector_bytes=64)
+    return b.build(), default_config(), {"kind": "llvm", "vector_bytes": 64}
 
 
 def _bias_row():
@@ -30,7 +30,7 @@ def _bias_row():
     x, bias = b.input("x", (256, 2048), "float16"), b.input("bias", (2048,), "float32")
     y = b.add(x, b.cast(bias, "float16"))
     b.output(b.mul(b.tanh(y), y))
-    return b.build(), default_config()
+    return b.build(), default_config(), None
 
 
 def _allocas_outside_entry(prog) -> list[str]:
@@ -50,14 +50,14 @@ def _allocas_outside_entry(prog) -> list[str]:
 
 @pytest.mark.parametrize("make", [_matmul, _bias_row])
 def test_small_scratch_buffers_go_on_the_stack(make, monkeypatch):
-    g, cfg = make()
-    prog = akgpy.fuse(g, config=cfg)
+    g, cfg, target = make()
+    prog = akgpy.fuse(g, config=cfg, target=target)
     assert not workspace_allocations(prog)
     assert not _allocas_outside_entry(prog)
     assert not check_program(g, prog) and not check_program(g, prog, seed=1)
     with monkeypatch.context() as m:
         m.setattr(stack_scratch, "STACK_SCRATCH_BYTES", 1024)  # under the buffer: the allocator keeps it
-        kept = akgpy.fuse(g, config=cfg)
+        kept = akgpy.fuse(g, config=cfg, target=target)
     assert workspace_allocations(kept)
     assert not check_program(g, kept)
     xs = [np.random.default_rng(2).standard_normal(g.tensors[n].shape).astype(str(g.tensors[n].dtype)) for n in g.inputs]

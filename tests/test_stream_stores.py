@@ -11,16 +11,18 @@ from tvm.script import tirx as T
 import akgpy
 from akgpy import GraphBuilder
 from akgpy.errors import CompileError
-from akgpy.schedule.config import STREAM_MIN_BYTES_EMR, default_config
 from akgpy.schedule.stream import ATTR
-from akgpy.targets import llvm
+from akgpy.targets import default_config
+from akgpy.targets.cpu import llvm
+from akgpy.targets.cpu.defaults import STREAM_MIN_BYTES_EMR
 from akgpy.targets.stream_stores import _sink
 from akgpy.testing import check_program
 
 # stream at test sizes; 64-byte vectors whatever the host (an AVX2 host's 32-byte ones never
 # fill a line per store, so they never stream; LLVM splits the wider ones)
-FORCE = default_config().replace(stream_min_bytes=1 << 20, vector_bytes=64)
-X86 = llvm.is_x86(llvm.host_target())  # non-temporal stores are emitted for x86 hosts only
+FORCE = default_config().replace(stream_min_bytes=1 << 20)
+WIDE = {"kind": "llvm", "vector_bytes": 64}  # the host's CPU with 64-byte vectors
+X86 = akgpy.resolve_target(None).is_x86  # non-temporal stores are emitted for x86 hosts only
 
 
 def _graph(rows=512, cols=1024, dtype="float32"):
@@ -43,7 +45,7 @@ def _streams(prog) -> bool:
 @pytest.mark.parametrize("schedule", ["poly", "plain"])
 def test_large_outputs_stream_and_match(schedule):
     g = _graph()
-    prog = akgpy.fuse(g, schedule=schedule, config=FORCE)
+    prog = akgpy.fuse(g, schedule=schedule, config=FORCE, target=WIDE)
     assert _streams(prog)
     assert ("llvm.x86.sse.sfence" in prog.kernels[0].source) == X86  # the caller's stores are fenced
     assert not check_program(g, prog)
@@ -53,7 +55,7 @@ def test_large_outputs_stream_and_match(schedule):
 
 def test_float16_outputs_stream():
     g = _graph(dtype="float16")
-    prog = akgpy.fuse(g, config=FORCE)
+    prog = akgpy.fuse(g, config=FORCE, target=WIDE)
     assert _streams(prog)
     assert not check_program(g, prog)
 
@@ -70,7 +72,8 @@ def test_small_kernels_and_off_keep_plain_stores():
 def test_default_threshold_is_twice_the_llc_or_the_cpus_measured_one(mcpu):
     """Emerald Rapids (a VM guest under a 300 MiB shared L3) streams from 16 MiB: there the pair
     of a producer and its consumer ran 0.72-0.80x with the output streamed from 32 MB moved."""
-    want = STREAM_MIN_BYTES_EMR if mcpu == "emeraldrapids" else 2 * llvm.host_llc_bytes()[0]
+    llc = akgpy.resolve_target({"kind": "llvm", "mcpu": mcpu}).llc_bytes  # the target's, not the host's
+    want = STREAM_MIN_BYTES_EMR if mcpu == "emeraldrapids" else 2 * llc
     assert default_config({"kind": "llvm", "mcpu": mcpu}).stream_min_bytes == want
 
 
@@ -82,7 +85,7 @@ def test_an_output_read_by_a_later_statement_is_forwarded_and_streams():
     b.output(m)
     b.output(m + 1.0)
     g = b.build()
-    prog = akgpy.fuse(g, config=FORCE)
+    prog = akgpy.fuse(g, config=FORCE, target=WIDE)
     assert not check_program(g, prog)
     assert _streams(prog)
 
@@ -91,10 +94,10 @@ def test_kernels_writing_more_than_they_read_stream_only_where_the_cpu_gains():
     b = GraphBuilder("stream_widen")
     b.output(b.input("x", (512, 1024), "float16").astype("float32"))  # writes twice its reads
     g = b.build()
-    prog = akgpy.fuse(g, config=FORCE.replace(stream_write_heavy=False))
+    prog = akgpy.fuse(g, config=FORCE.replace(stream_write_heavy=False), target=WIDE)
     assert _nt(prog) == 0 and "writes more than it reads" in prog.kernels[0].explain()
     assert not check_program(g, prog)
-    prog = akgpy.fuse(g, config=FORCE.replace(stream_write_heavy=True))
+    prog = akgpy.fuse(g, config=FORCE.replace(stream_write_heavy=True), target=WIDE)
     assert _streams(prog) and "streaming stores: candidates" in prog.kernels[0].explain()
     assert not check_program(g, prog)
 
@@ -121,26 +124,26 @@ def test_read_heavy_kernels_below_the_threshold_stream_only_whole_line_stores(dt
     x, y = b.input("x", (512, 1024)), b.input("y", (512, 1024))
     b.output((x * 2.0 + y).astype(dtype))  # 4 MiB read, 2 or 1 MiB written
     g = b.build()
-    cfg = FORCE.replace(stream_min_bytes=64 << 20, stream_read_heavy_min_bytes=1 << 20, stream_share=0.0,
-                        vector_bytes=vector_bytes)
-    prog = akgpy.fuse(g, config=cfg)
+    cfg = FORCE.replace(stream_min_bytes=64 << 20, stream_read_heavy_min_bytes=1 << 20, stream_share=0.0)
+    target = {**WIDE, "vector_bytes": vector_bytes}
+    prog = akgpy.fuse(g, config=cfg, target=target)
     text = prog.kernels[0].explain()
     assert "reading at least what it writes); code generation streams each store of whole lines" in text, text[:3000]
     assert _streams(prog) if streams else _nt(prog) == 0
     assert not check_program(g, prog)
     # the same kernel under the 2x threshold alone, or write-heavy: no stream below it
-    assert _nt(akgpy.fuse(g, config=cfg.replace(stream_read_heavy_min_bytes=0))) == 0
+    assert _nt(akgpy.fuse(g, config=cfg.replace(stream_read_heavy_min_bytes=0), target=target)) == 0
     b = GraphBuilder("stream_write_heavy")
     b.output(b.input("h", (512, 1024), "float16").astype("float32"))
     wh = b.build()
-    prog = akgpy.fuse(wh, config=cfg.replace(stream_write_heavy=True))
+    prog = akgpy.fuse(wh, config=cfg.replace(stream_write_heavy=True), target=target)
     assert _nt(prog) == 0 and "streaming stores: none (kernel moves 3 MiB < 64 MiB)" in prog.kernels[0].explain()
 
 
 @pytest.mark.parametrize("mcpu,llcs", [("znver4", 1), ("znver3", 1), ("znver5", 0), ("skylake-avx512", 0)])
 def test_the_read_heavy_threshold_is_a_per_cpu_default(mcpu, llcs):
     cfg = default_config({"kind": "llvm", "mcpu": mcpu})
-    assert cfg.stream_read_heavy_min_bytes == llcs * llvm.host_llc_bytes()[0]
+    assert cfg.stream_read_heavy_min_bytes == llcs * akgpy.resolve_target({"kind": "llvm", "mcpu": mcpu}).llc_bytes
 
 
 def test_the_share_decides_whether_part_of_the_outputs_streams():
@@ -154,9 +157,9 @@ def test_the_share_decides_whether_part_of_the_outputs_streams():
     b.output(x + 1.0)
     g = b.build()
     force = FORCE.replace(stream_write_heavy=True)  # it writes twice what it reads; not the host's policy
-    held = akgpy.fuse(g, config=force.replace(stream_share=0.9))
+    held = akgpy.fuse(g, config=force.replace(stream_share=0.9), target=WIDE)
     assert _nt(held) == 0 and "at least 90% of their bytes" in held.kernels[0].explain()
-    part = akgpy.fuse(g, config=force.replace(stream_share=0.0))
+    part = akgpy.fuse(g, config=force.replace(stream_share=0.0), target=WIDE)
     assert _streams(part) and "streams each store that fills whole lines" in part.kernels[0].explain()
     assert not check_program(g, held) and not check_program(g, part)
 
@@ -236,7 +239,7 @@ def _guarded_halves(A: T.Buffer((65536,)), B: T.Buffer((65536,))):
 
 
 def _source(mod) -> str:
-    return llvm.build(mod, "llvm").mod.inspect_source("ll")
+    return llvm.build(mod, akgpy.resolve_target(None)).mod.inspect_source("ll")
 
 
 def test_only_stores_that_fill_whole_lines_stream():
@@ -267,7 +270,7 @@ def test_a_forwarded_output_is_computed_once_before_its_streaming_stores():
     mod = tvm.IRModule({"main": _reused_output.with_attr(ATTR, {"B.data": ["B", 1 << 18], "C.data": ["C", 1 << 18]})})
     a = np.random.default_rng(0).standard_normal(65536).astype("float32")
     args = [tvm.runtime.tensor(x) for x in (a, np.empty_like(a), np.empty_like(a))]
-    llvm.build(mod, "llvm")["main"](*args)
+    llvm.build(mod, akgpy.resolve_target(None))["main"](*args)
     np.testing.assert_array_equal(args[1].numpy(), a * a)
     np.testing.assert_allclose(args[2].numpy(), a * a + 1, rtol=1e-6)  # LLVM may contract to an FMA
     lines = _source(mod).splitlines()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -111,3 +112,29 @@ def test_junk_and_later_kinds_are_refused(bad, match):
 def test_tvm_cuda_target_is_not_yet():
     with pytest.raises(CompileError, match="not yet"):
         resolve_target(tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
+
+
+def test_haswell_on_this_host_gives_avx2_code_with_32_byte_vectors():
+    """Compiling for haswell uses no AVX-512 register or instruction, whatever the host has, and
+    the kernel (AVX2 code runs on any AVX-512 host) matches the reference."""
+    from akgpy import GraphBuilder
+    from akgpy.testing import check_program
+    host = resolve_target(None)
+    if not host.has("avx2"):
+        pytest.skip("the host cannot run AVX2 code")
+    b = GraphBuilder("haswell_axpy")
+    x, y = b.input("x", (64, 256)), b.input("y", (64, 256))
+    b.output(x * 3.0 + y)
+    g = b.build()
+    prog = akgpy.fuse(g, target=HASWELL)
+    kernel = prog.kernels[0]
+    asm = kernel._executable.mod.inspect_source("s")
+    assert "zmm" not in asm and "ymm" in asm
+    ir = kernel.source
+    assert '"target-cpu"="haswell"' in ir
+    assert set(re.findall(r"<(\d+) x float>", ir)) == {"8"}  # one ymm register of float32 lanes
+    assert "avx512" not in ir.split('"target-features"="', 1)[-1].split('"', 1)[0].replace("-avx512", "")
+    assert not check_program(g, prog)
+    if host.vector_bytes == 64:  # and the host's own kernel does use zmm registers: the target decides
+        native = akgpy.fuse(g)
+        assert "zmm" in native.kernels[0]._executable.mod.inspect_source("s")

@@ -22,7 +22,8 @@ from tvm.sym import Analyzer, detect_linear_equation
 
 from ..te.builders import largest_divisor
 from ..te.lower import Lowered
-from .config import ScheduleConfig, default_config
+from ..target import Target
+from .config import ScheduleConfig
 
 
 # what TVM raises when it refuses a primitive for a block
@@ -69,13 +70,13 @@ def tvm_dtype_bits(dtype) -> int:
     return int(digits) if digits else 32
 
 
-def vectorize_innermost(sch, block, cfg: ScheduleConfig) -> list:
+def vectorize_innermost(sch, block, target: Target) -> list:
     """Vectorise the largest slice (>= 4 lanes, no tail) of the block's innermost loop that
     fits one vector register; returns the loops outside the vector."""
     loops = sch.get_loops(block)
     if not loops:
         return []
-    lanes = max(cfg.vector_bytes // _elem_bytes(sch, block), 1)
+    lanes = max(target.vector_bytes // _elem_bytes(sch, block), 1)
     ext = _extent(sch, loops[-1])
     f = largest_divisor(ext, lanes)
     if ext <= 1 or f < 4:
@@ -260,8 +261,8 @@ def _inlinable(blk) -> bool:
     return None not in idx and len(set(idx)) == len(idx) and set(idx) <= own
 
 
-def _spatial(sch, block, cfg: ScheduleConfig) -> None:
-    outer = vectorize_innermost(sch, block, cfg)
+def _spatial(sch, block, cfg: ScheduleConfig, target: Target) -> None:
+    outer = vectorize_innermost(sch, block, target)
     if outer:
         _parallel(sch, sch.fuse(*outer) if len(outer) > 1 else outer[0], cfg)
 
@@ -298,7 +299,7 @@ def contiguous_iter(blk) -> int | None:
     return None
 
 
-def _reduction(sch, block, cfg: ScheduleConfig) -> None:
+def _reduction(sch, block, cfg: ScheduleConfig, target: Target) -> None:
     """Parallel over the spatial loops. When the input is contiguous along a *kept* dim (a
     column sum), that dim's loop moves inside the reduction loops and is vectorised, so each
     step of the reduction reads whole cache lines; every output still adds in the same order."""
@@ -315,7 +316,7 @@ def _reduction(sch, block, cfg: ScheduleConfig) -> None:
         outer = [l for l in spatial if not l.same_as(inner)]
         sch.reorder(*outer, *reduce, inner)
         _try(sch.decompose_reduction, block, reduce[0])
-        lanes = max(cfg.vector_bytes // _elem_bytes(sch, block), 1)
+        lanes = max(target.vector_bytes // _elem_bytes(sch, block), 1)
         f = largest_divisor(_extent(sch, inner), lanes)
         if f >= 4:
             _, vec = sch.split(inner, [None, f])
@@ -338,11 +339,11 @@ NARROW_TILE_VECTORS = 2
 
 
 def register_tile(rows: int, cols: int, lanes: int, cfg: ScheduleConfig, narrow: bool,
-                  widened: bool = False, padded: bool = False) -> tuple[int, int]:
+                  widened: bool = False, padded: bool = False, *, registers: int) -> tuple[int, int]:
     """(rows, columns) of the contraction's register tile, divisors of the two extents (no
     tail). 32-bit operands: at most `cfg.tile_i` rows and `cfg.tile_j_vectors` vectors whose
     accumulators, one vector of each column block of B and A's broadcast element fit the
-    vector registers (16 up to AVX2, 32 with AVX-512); the most accumulators, then the most
+    target's `registers` (Target.vector_registers: 16 up to AVX2, 32 with AVX-512); the most accumulators, then the most
     rows: on AVX2 6 x 2 vectors where 6 divides the rows, else 4 x 3. The 8 x 2 tile used for
     all before needs 19 registers, and LLVM then reloaded and stored the spilled accumulators
     at every step (float32, 2 threads, Zen 3, GFLOPS of 8 x 2 -> this rule: 128 x 768 x 768
@@ -358,7 +359,7 @@ def register_tile(rows: int, cols: int, lanes: int, cfg: ScheduleConfig, narrow:
     if narrow or cols % lanes:
         return (largest_divisor(rows, cfg.tile_i),
                 largest_divisor(cols, lanes * min(cfg.tile_j_vectors, NARROW_TILE_VECTORS)))
-    regs = 32 if cfg.vector_bytes >= 64 else 16
+    regs = registers
     best, key = (1, lanes), (0, False, 0)
     for tv in range(1, cfg.tile_j_vectors + 1):
         for ti in range(1, cfg.tile_i + 1):
@@ -392,7 +393,8 @@ def _operand_reads(blk) -> list:
     return [(i, r) for i, r in enumerate(blk.reads) if not r.source.same_as(out)]
 
 
-def _pack_panels(sch, block, rows: int, ti: int, tj: int, cfg: ScheduleConfig, force: bool = False) -> bool:
+def _pack_panels(sch, block, rows: int, ti: int, tj: int, cfg: ScheduleConfig, target: Target,
+                 force: bool = False) -> bool:
     """Lay B out as panels [N / tj, K, tj] (one tile's columns contiguous along K) before the
     tiles run, when B is a 2-d matrix larger than L1 with long rows (PACK_MIN_ROW_BYTES) that
     many rows of A read (PACK_MIN_ROWS). Read in place, each step of the reduction loads a
@@ -415,9 +417,9 @@ def _pack_panels(sch, block, rows: int, ti: int, tj: int, cfg: ScheduleConfig, f
     k, n = (int(d) for d in b.shape)
     row_bytes = n * tvm_dtype_bits(b.dtype) // 8
     size = k * row_bytes
-    past_tlb = PACK_TLB_BYTES <= size <= cfg.llc_bytes and rows >= PACK_TLB_MIN_ROWS
+    past_tlb = PACK_TLB_BYTES <= size <= target.llc_bytes and rows >= PACK_TLB_MIN_ROWS
     if n % tj or not force and ((rows < PACK_MIN_ROWS and not past_tlb) or row_bytes < PACK_MIN_ROW_BYTES
-                                or size <= cfg.l1_bytes):
+                                or size <= target.l1_bytes):
         return False
     root = sch.get(sch.get_sblock("root"))
     copy = None
@@ -437,7 +439,7 @@ def _pack_panels(sch, block, rows: int, ti: int, tj: int, cfg: ScheduleConfig, f
         loops = sch.get_loops(copy)
         _parallel(sch, loops[0], cfg)
         if len(loops) == 2 and _try(sch.split, loops[1], [None, tj]) is not None:
-            vectorize_innermost(sch, copy, cfg)
+            vectorize_innermost(sch, copy, target)
     return True
 
 
@@ -465,7 +467,7 @@ def _widen_stage(sch, block, roles: dict):
     return stage if stage is not None and roles.get(sch.get(stage).name_hint) == "widen" else None
 
 
-def _widen_a(sch, stage, tile, reduce: list, ti: int, cfg: ScheduleConfig) -> tuple[list, bool]:
+def _widen_a(sch, stage, tile, reduce: list, ti: int, target: Target) -> tuple[list, bool]:
     """A float16 A, read through a conversion, made every multiply-add of the tile wait on
     vcvtph2ps (one a cycle on Zen 3, against two FMAs). Its widening stage runs inside the
     tile instead, for the tile's rows and a chunk of the innermost reduction loop small enough
@@ -479,7 +481,7 @@ def _widen_a(sch, stage, tile, reduce: list, ti: int, cfg: ScheduleConfig) -> tu
         at, inner = sch.split(reduce[-1], [None, kc])
         reduce = [*reduce[:-1], at, inner]
     if _done(sch.compute_at, stage, at, preserve_unit_loops=True):
-        vectorize_innermost(sch, stage, cfg)
+        vectorize_innermost(sch, stage, target)
         return reduce, True
     sch.compute_inline(stage)
     return reduce, False
@@ -510,7 +512,8 @@ def _contraction_choice(cfg: ScheduleConfig, block_name: str):
     return next((c for c in cfg.bands if c.key == key), None)
 
 
-def _contraction(sch, block, cfg: ScheduleConfig, notes: list | None = None, roles: dict | None = None):
+def _contraction(sch, block, cfg: ScheduleConfig, target: Target, notes: list | None = None,
+                 roles: dict | None = None):
     blk = sch.get(block)
     choice = _contraction_choice(cfg, blk.name_hint)
     tuned_tile = tuple(getattr(choice, "register_tile", ()) or ())
@@ -521,19 +524,20 @@ def _contraction(sch, block, cfg: ScheduleConfig, notes: list | None = None, rol
     if len(loops) != len(kinds) or kinds.count(0) < 2:
         if widen is not None:
             sch.compute_inline(widen)
-        _reduction(sch, block, cfg)
+        _reduction(sch, block, cfg, target)
         return None
-    lanes = max(cfg.vector_bytes // 4, 1)  # accumulators are 32-bit
+    lanes = max(target.vector_bytes // 4, 1)  # accumulators are 32-bit
     rows, cols = [_extent(sch, l) for l, k in zip(loops, kinds) if k == 0][-2:]
     narrow = widen is None and any(tvm_dtype_bits(r.source.dtype) < 32 for _, r in _operand_reads(blk))
     converts, crop = widen is not None, None
-    ti, tj = register_tile(rows, cols, lanes, cfg, narrow, converts, padded=True)
+    ti, tj = register_tile(rows, cols, lanes, cfg, narrow, converts, padded=True,
+                           registers=target.vector_registers)
     if tuned_tile:  # rows x column vectors; Space.legal checks that they divide and fit
         ti, tj = tuned_tile[0], tuned_tile[1] * lanes
     if rows % ti:  # more accumulators with a row tile that does not divide the rows: pad them
         padding = _pad_rows(sch, block, kinds, ti, widen)
         if padding is None:
-            ti, tj = register_tile(rows, cols, lanes, cfg, narrow, converts)
+            ti, tj = register_tile(rows, cols, lanes, cfg, narrow, converts, registers=target.vector_registers)
         else:
             widen, crop = padding
             rows += -rows % ti
@@ -542,7 +546,7 @@ def _contraction(sch, block, cfg: ScheduleConfig, notes: list | None = None, rol
     reduce = [l for l, k in zip(loops, kinds) if k != 0]
     *outer, li, lj = spatial
     packed = pack is not False and not outer and tj % lanes == 0 and \
-        _pack_panels(sch, block, rows, ti, tj, cfg, force=pack is True)
+        _pack_panels(sch, block, rows, ti, tj, cfg, target, force=pack is True)
     io, ii = sch.split(li, [None, ti])
     jo, jv, jl = sch.split(lj, [None, tj // lanes, lanes]) if tj % lanes == 0 else (*sch.split(lj, [None, 1, tj]),)
     sch.reorder(*outer, jo, io, *reduce, ii, jv, jl)
@@ -550,7 +554,7 @@ def _contraction(sch, block, cfg: ScheduleConfig, notes: list | None = None, rol
     _parallel(sch, par, cfg)
     staged = False
     if widen is not None:
-        reduce, staged = _widen_a(sch, widen, par, reduce, ti, cfg)
+        reduce, staged = _widen_a(sch, widen, par, reduce, ti, target)
     if notes is not None:
         notes.append(f"{blk.name_hint}: register tile {ti} rows x {tj} columns"
                      + (" (tuned)" if tuned_tile else
@@ -571,7 +575,7 @@ def _contraction(sch, block, cfg: ScheduleConfig, notes: list | None = None, rol
     if wb is not None:
         sch.reverse_compute_at(wb, par, preserve_unit_loops=True)
     if crop is not None and _done(sch.reverse_compute_at, crop, par, preserve_unit_loops=True):
-        vectorize_innermost(sch, crop, cfg)
+        vectorize_innermost(sch, crop, target)
     if cfg.unroll:
         _try(sch.unroll, ii)
         _try(sch.unroll, jv)
@@ -594,9 +598,9 @@ def _contraction(sch, block, cfg: ScheduleConfig, notes: list | None = None, rol
     return par  # the tile loop: plain_schedule computes the epilogue under it
 
 
-def plain_schedule(low: Lowered, cfg: ScheduleConfig | None = None, notes: list | None = None):
-    """The schedule; `notes`, when given, receives a line per contraction naming its tile."""
-    cfg = cfg or default_config()
+def plain_schedule(low: Lowered, cfg: ScheduleConfig, target: Target, notes: list | None = None):
+    """The schedule of `low` for `target` (its vector width, registers and caches); `notes`,
+    when given, receives a line per contraction naming its tile."""
     tiles = {}  # contraction output buffer -> its parallel tile loop (epilogues go under it)
     sch, left = inline_injective(low)
     for name in left:
@@ -606,13 +610,13 @@ def plain_schedule(low: Lowered, cfg: ScheduleConfig | None = None, notes: list 
             continue  # placed by the contraction it feeds
         if role == "contract":
             out = sch.get(b).writes[0].source.name
-            tile = _try(_contraction, sch, b, cfg, notes, low.roles)
+            tile = _try(_contraction, sch, b, cfg, target, notes, low.roles)
             if tile is not None:
                 tiles[out] = tile
         elif role == "reduce":
-            _try(_reduction, sch, b, cfg)
-        elif _try(_epilogue, sch, b, tiles, cfg) is None:
-            _try(_spatial, sch, b, cfg)
+            _try(_reduction, sch, b, cfg, target)
+        elif _try(_epilogue, sch, b, tiles, target) is None:
+            _try(_spatial, sch, b, cfg, target)
     return sch
 
 
@@ -636,7 +640,7 @@ def _reads_tile_directly(blk, region) -> bool:
     return True
 
 
-def _epilogue(sch, block, tiles: dict, cfg: ScheduleConfig):
+def _epilogue(sch, block, tiles: dict, target: Target):
     """An elementwise consumer of a contraction runs inside the contraction's tile loop, on
     the tile just computed (still in L1), instead of a second pass over the whole result."""
     blk = sch.get(block)
@@ -658,5 +662,5 @@ def _epilogue(sch, block, tiles: dict, cfg: ScheduleConfig):
         if not _reads_tile_directly(blk, {r.source.name: r for r in blk.reads}[producer]):
             return None
     sch.reverse_compute_at(block, tiles[producer], preserve_unit_loops=True)
-    vectorize_innermost(sch, block, cfg)
+    vectorize_innermost(sch, block, target)
     return True

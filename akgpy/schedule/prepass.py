@@ -15,8 +15,8 @@ from math import prod
 from tvm import ir, s_tir, tirx
 from tvm_ffi import structural_walk
 
-from ..config import threads
 from ..te import fastmath
+from ..target import Target
 from .config import ScheduleConfig
 from .plain import contiguous_iter, tvm_dtype_bits
 
@@ -78,7 +78,7 @@ def _int(e) -> int:
     return int(e.value) if hasattr(e, "value") else 0
 
 
-def rfactor_rows(sch, names: list[str], roles: dict[str, str], cfg: ScheduleConfig) -> list[str]:
+def rfactor_rows(sch, names: list[str], roles: dict[str, str], cfg: ScheduleConfig, target: Target) -> list[str]:
     """rfactor every stride-1 row reduction in `names`; the names of the blocks rewritten."""
     done = []
     if any(roles.get(n) == "reduce" for n in names):
@@ -98,7 +98,7 @@ def rfactor_rows(sch, names: list[str], roles: dict[str, str], cfg: ScheduleConf
         if contiguous_iter(blk) != len(kinds) - 1:  # the innermost loop must walk the input
             continue
         acc_bits = tvm_dtype_bits(blk.writes[0].source.dtype)
-        lanes = max(cfg.vector_bytes * 8 // max(acc_bits, 8), 1)
+        lanes = max(target.vector_bytes * 8 // max(acc_bits, 8), 1)
         ext = _int(sch.get(loops[-1]).extent)
         steps = 2  # a partial sum's fewest terms per row: one would only copy the row
         # the terms each partial takes per point of the row: the other reduced axes' points
@@ -196,8 +196,9 @@ def _column_sum(sch, name: str, names: list[str]):
     return pname, pblk, rows
 
 
-def chunk_column_sums(sch, names: list[str], roles: dict[str, str], cfg: ScheduleConfig) -> dict[str, str]:
-    """Cut each column sum of a large computed value into per-chunk partials (see CHUNK_THREADS);
+def chunk_column_sums(sch, names: list[str], roles: dict[str, str], target: Target) -> dict[str, str]:
+    """Cut each column sum of a large computed value into per-chunk partials (see CHUNK_THREADS,
+    per thread of `target.threads`: the target's, not the compiling process's environment);
     the partials' block -> its producer's block, for each one cut."""
     done = {}
     for name in names:
@@ -214,7 +215,7 @@ def chunk_column_sums(sch, names: list[str], roles: dict[str, str], cfg: Schedul
         row_bytes = tvm_dtype_bits(out.dtype) // 8 * prod(_int(e) for e in out.shape[1:])
         if row_bytes * rows < MIN_CHUNKED_BYTES:
             continue
-        least = CHUNK_THREADS * threads()
+        least = CHUNK_THREADS * target.threads
         chunks = next((c for c in range(least, min(rows, 4 * least) + 1) if rows % c == 0), 0)
         per = rows // chunks if chunks else 0
         block = max((r for r in range(MIN_BLOCK_ROWS, per + 1, MIN_BLOCK_ROWS)

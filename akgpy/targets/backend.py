@@ -1,0 +1,39 @@
+"""The interface every code generator implements: one Backend per target kind.
+
+The pipeline asks the backend of the resolved Target (`targets.backend_for`) for the default
+schedule choices, then lets it add the marks only that hardware realises (`prepare`), builds the
+scheduled module (`build`) and writes the artifact (`export`). A new kind (CUDA, Ascend) is a
+subclass registered in `targets/__init__.py`; the schedule stages know nothing of it beyond the
+Target's facts (docs/targets.md).
+"""
+from __future__ import annotations
+
+from ..schedule.config import ScheduleConfig
+from ..target import Target
+
+
+class Backend:
+    kind: str = ""  # Target.kind this backend builds for
+    artifact_format: str = ""  # what `export` writes, with a version ("llvm-so/1")
+
+    def default_config(self, target: Target) -> ScheduleConfig:
+        """The schedule choices this backend starts from for `target` (a tuner's trial 0)."""
+        raise NotImplementedError
+
+    def streams(self, lowered, cfg: ScheduleConfig, target: Target) -> bool:
+        """Whether `prepare` will write some of the kernel's outputs with streaming stores: the
+        poly schedule plans its tiles for that (whole cache lines). False where there are none."""
+        return False
+
+    def prepare(self, mod, lowered, cfg: ScheduleConfig, target: Target):
+        """(mod, notes): the scheduled module with the marks only this target realises (CPU:
+        streaming stores, software prefetch); notes for explain()."""
+        return mod, []
+
+    def build(self, mod, target: Target):
+        """The scheduled, prepared module compiled into a tvm Executable for `target`."""
+        raise NotImplementedError
+
+    def export(self, executable, path) -> None:
+        """Write `executable` to `path` as one artifact of `artifact_format`."""
+        raise NotImplementedError

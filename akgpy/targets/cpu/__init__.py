@@ -1,0 +1,1 @@
+"""The CPU backend (targets/cpu/backend.py) and the passes only CPUs need."""

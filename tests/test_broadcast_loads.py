@@ -88,45 +88,40 @@ def test_plain_schedule_also_loads_stretched_operands_whole():
     assert not check_program(g, prog)
 
 
-def _fuse_with_isl_timeouts(monkeypatch, times_out):
-    """The yolo-like sum fused while each isl search whose options satisfy `times_out` raises
-    TimeoutError: (graph, program, explain() text, every search's options in call order)."""
-    import akgpy.schedule.poly as poly
-    real, calls = poly.compute_schedule_bounded, []
+def _fuse_with_exhausted_budgets(monkeypatch, exhausted):
+    """The yolo-like sum fused while the isl search variants named in `exhausted` have a budget
+    of one operation, so each runs out at once: (graph, program, explain() text)."""
+    import dataclasses
 
-    def search(*args, **kwargs):
-        calls.append(kwargs["options"])
-        if times_out(kwargs["options"]):
-            raise TimeoutError
-        return real(*args, **kwargs)
-    monkeypatch.setattr(poly, "compute_schedule_bounded", search)
+    from akgpy.poly import scheduler
+    real = scheduler.searches
+    monkeypatch.setattr(scheduler, "searches", lambda biggest: tuple(
+        dataclasses.replace(s, max_operations=1) if s.name in exhausted else s for s in real(biggest)))
     g = _yolo_like(reduce=True)
     prog = akgpy.fuse(g, config=BARE, target=WIDE)
-    return g, prog, prog.explain(), calls
+    return g, prog, prog.explain()
 
 
-def test_isl_timeout_searches_again_without_shifts_and_stays_fused(monkeypatch):
-    """When the full search runs out, the next one forbids constant shifts: on bert's row sums
-    cut into partials it answers in a fraction of a second with a fused schedule, where the
-    serialized one left every component its own loop nest."""
-    g, prog, text, calls = _fuse_with_isl_timeouts(monkeypatch, lambda o: o["schedule_max_constant_term"] > 0)
-    assert [o["schedule_max_constant_term"] > 0 for o in calls] == [True, False], calls
-    assert not any(o.get("schedule_serialize_sccs") for o in calls)
-    assert "searched again without constant shifts" in text, text[:2000]
-    assert "each strongly connected component" not in text
+def test_exhausted_search_searches_again_without_shifts_and_stays_fused(monkeypatch):
+    """When the full search runs out of operations, the next one forbids constant shifts: on
+    bert's row sums cut into partials it answers in a fraction of a second with a fused
+    schedule, where the serialized one left every component its own loop nest."""
+    g, prog, text = _fuse_with_exhausted_budgets(monkeypatch, {"full"})
+    assert "isl search: full exhausted its budget of 1 operations" in text, text[:2000]
+    assert "isl search: no-shifts answered" in text
+    assert "isl search: serialized" not in text
     assert "schedule path: poly/isl-ast" in text
     assert not check_program(g, prog)
 
 
-def test_isl_timeout_on_wide_partials_serializes_and_keeps_them(monkeypatch):
-    """Wider partials make isl's search longer; when it gives no answer in time, nor without
+def test_exhausted_searches_on_wide_partials_serialize_and_keep_them(monkeypatch):
+    """Wider partials make isl's search longer; when it runs out of operations, also without
     constant shifts, isl schedules each component on its own and the passes fuse from there:
     the kernel stays on the poly path, with its wide partials."""
-    g, prog, text, calls = _fuse_with_isl_timeouts(monkeypatch, lambda o: not o.get("schedule_serialize_sccs"))
-    # the full search, the one without shifts, the serialized one
-    assert [(o["schedule_max_constant_term"] > 0, o.get("schedule_serialize_sccs", 0)) for o in calls] == \
-        [(True, 0), (False, 0), (True, 1)], calls
-    assert "each strongly connected component scheduled on its own" in text, text[:2000]
+    g, prog, text = _fuse_with_exhausted_budgets(monkeypatch, {"full", "no-shifts"})
+    assert [line.split(" exhausted")[0].split(" answered")[0] for line in text.splitlines()
+            if line.startswith("isl search:")] == \
+        ["isl search: full", "isl search: no-shifts", "isl search: serialized"], text[:2000]
     assert "schedule path: poly/isl-ast" in text
     # the partials' init and update parts share the rows (i0, i1); below them the update keeps
     # its band with the stride-1 dim innermost, in vectors of all 48 partials

@@ -193,16 +193,20 @@ def context_options(ctx: isl.Context, options: dict[str, int]):
             getattr(ctx, "set_" + k)(v)
 
 
+class BudgetExhausted(CompileError):
+    """isl stopped at its operation budget: deterministic, unlike a wall-clock bound."""
+
+
 @contextlib.contextmanager
 def operation_budget(ctx: isl.Context, max_operations: int, what: str):
-    """Cap isl's work inside the block; exhausting it raises CompileError, not a hang."""
+    """Cap isl's work inside the block; exhausting it raises BudgetExhausted, not a hang."""
     ctx.reset_operations()
     ctx.set_max_operations(max_operations)  # set after parsing: parsing counts operations too
     try:
         yield
     except isl.Error as e:
         if "maximal number of operations exceeded" in str(e):
-            raise CompileError(f"{what}: isl operation budget ({max_operations}) exhausted") from None
+            raise BudgetExhausted(f"{what}: isl operation budget ({max_operations}) exhausted") from None
         raise CompileError(f"{what} failed in isl: {str(e).splitlines()[0]}") from None
     finally:
         ctx.set_max_operations(0)

@@ -1,10 +1,14 @@
-"""isl's scheduler on a PolyModel, with two guards against pathological graphs.
+"""isl's scheduler on a PolyModel, bounded by counts so that a compile does not depend on load.
 
-- an isl operation budget (Context.set_max_operations): deterministic, and isl stops
-  cleanly; exhausting it raises CompileError. It does NOT bound wall time: some corpus
-  graphs spend 10 s in isl within 1e6 counted operations;
-- run_bounded: a worker process with a hard wall-clock limit, for callers that must not
-  wait beyond a deadline (native code cannot be interrupted from a thread).
+- isl's search variants (`SEARCHES`: the full search, one without constant shifts, each SCC on
+  its own) run in order, each under its own operation budget (Context.set_max_operations):
+  a variant that exhausts its budget hands over to the next. Operations are counted by isl
+  itself, so the variant that answers depends on the model alone, never on machine load;
+  docs/poly.md ("isl's bounds") has the measurements behind the budgets;
+- a wall-clock guard far above any search the corpus needs (`WALL_CLOCK_GUARD_S`): the
+  search runs in a worker process (run_bounded; native code cannot be interrupted from a
+  thread) killed past it. A kernel built after the guard fired is not reproducible, and
+  `Searched.guard` / SchedulePath say so.
 Every schedule returned here has passed check_legal.
 """
 from __future__ import annotations
@@ -12,10 +16,12 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import resource
 import select
 import signal
 import threading
 import time
+from dataclasses import dataclass
 from math import prod
 from typing import Any, Callable
 
@@ -25,7 +31,7 @@ from ..errors import CompileError
 from .checks import check_legal
 from .deps import Deps
 from .access import extents
-from .isl_util import context_options, operation_budget, schedule_from_text, sets_of
+from .isl_util import BudgetExhausted, context_options, maps_of, operation_budget, schedule_from_text, sets_of
 from .model import PolyModel
 
 # The 64x128 LayerNorm/Softmax graphs of tests/test_poly_model.py need about 80k / 45k
@@ -117,6 +123,142 @@ def schedule_text(model: PolyModel, deps: Deps, max_operations: int = DEFAULT_MA
                             input_reuse=input_reuse).to_str()
 
 
+@dataclass(frozen=True)
+class Search:
+    """One variant of isl's search: its scheduler options and its operation budget."""
+    name: str
+    options: tuple[tuple[str, int], ...]  # isl Context options without set_, as pairs
+    max_operations: int
+    what: str  # the variant in words, for explain()
+
+
+# Operation budgets per variant, several times the most any corpus graph uses (docs/poly.md,
+# "isl's bounds", has the measurements); a search that exhausts one hands over to the next
+FULL_MAX_OPERATIONS = 4_000_000
+NO_SHIFTS_MAX_OPERATIONS = 4_000_000
+SERIALIZED_MAX_OPERATIONS = 4_000_000
+# isl does not count the big-integer work of the full search's constant shifts: a dependence
+# equality with a coefficient this large (a row cut into partials, chunk * 2000 + lane) took
+# seconds within 80k operations. Such a model skips the full search (docs/poly.md)
+MAX_SHIFTED_COEFFICIENT = 256
+# nor, on six corpus graphs (a row sum cut into 8 interleaved partials, coefficient 8), does the
+# count move at all in 20 s: for a model with such a dependence the full search also gets this
+# much CPU time (of its own process: load does not shorten it); the slowest that answers took 1.4 s
+FULL_CPU_S = 2
+# far above the slowest search under the budgets above: only a model whose operations do not
+# track time (a bug to report) reaches it; a kernel built past it is marked non-deterministic
+WALL_CLOCK_GUARD_S = 30.0
+
+
+def searches(biggest: int) -> tuple[Search, ...]:
+    """The variants in the order they are tried; `biggest` (the largest extent of any statement)
+    bounds constant shifts: unbounded, isl searched layernorm.json for 10.5 s (0.18 s bounded)."""
+    return (Search("full", (("schedule_max_constant_term", biggest),), FULL_MAX_OPERATIONS,
+                   f"the full search (constant shifts up to {biggest})"),
+            Search("no-shifts", (("schedule_max_constant_term", 0),), NO_SHIFTS_MAX_OPERATIONS,
+                   "the search without constant shifts (schedule_max_constant_term 0)"),
+            Search("serialized", (("schedule_max_constant_term", biggest), ("schedule_serialize_sccs", 1)),
+                   SERIALIZED_MAX_OPERATIONS,
+                   "each strongly connected component on its own (schedule_serialize_sccs; akgpy's "
+                   "passes fuse from there)"))
+
+
+def largest_coefficient(deps: Deps) -> int:
+    """The largest coefficient (in absolute value) of an input or output dim in an equality of a
+    dependence: 1 for dependences between equal or shifted points, 13 for S[i, j] -> T[13i + j]."""
+    out = 1
+    for m in maps_of(deps.validity):
+        for bm in m.get_basic_maps():
+            for c in bm.get_constraints():
+                if c.is_equality():
+                    out = max([out, *(abs(int(c.get_coefficient_val(t, i).to_python()))
+                                      for t in (isl.dim_type.in_, isl.dim_type.out) for i in range(m.dim(t)))])
+    return out
+
+
+@dataclass(frozen=True)
+class Searched:
+    """What the search in order gave: isl's schedule, the variant that answered, the ones that
+    exhausted their budgets before it, and why a variant was not tried (None: all were)."""
+    schedule: isl.Schedule
+    search: Search
+    exhausted: tuple[Search, ...]
+    skipped: str | None = None
+    guard: str | None = None  # the time bound that decided (not reproducible), None when counts did
+
+    def lines(self) -> list[str]:
+        """explain()'s account of the choice, in terms of the budgets."""
+        out = [f"isl search: {self.skipped}"] if self.skipped else []
+        out += [f"isl search: not deterministic: {self.guard}"] if self.guard else []
+        out += [f"isl search: {s.name} exhausted its budget of {s.max_operations:,} operations"
+                for s in self.exhausted]
+        return [*out, f"isl search: {self.search.name} answered within its budget of "
+                      f"{self.search.max_operations:,} operations: {self.search.what}"]
+
+
+class GuardFired(TimeoutError):
+    """The wall-clock guard stopped isl: what follows depends on the machine's load."""
+
+
+class CpuBoundExceeded(TimeoutError):
+    """A worker ran past its CPU-time bound (run_bounded's cpu_s)."""
+
+
+def _search_in_order(model: PolyModel, deps: Deps, order: tuple[Search, ...], input_reuse: bool):
+    """In the worker: (index of the variant that answered, its schedule as text)."""
+    for n, s in enumerate(order):
+        try:
+            return n, schedule_text(model, deps, s.max_operations, dict(s.options), input_reuse)
+        except BudgetExhausted:
+            if n == len(order) - 1:
+                raise
+    raise CompileError("no isl search variant given")
+
+
+def schedule_in_order(model: PolyModel, deps: Deps, *, biggest: int, input_reuse: bool = True) -> Searched:
+    """isl's schedule from the first variant of `searches(biggest)` that answers within its
+    operation budget; the full search is skipped where a dependence's coefficient exceeds
+    MAX_SHIFTED_COEFFICIENT. BudgetExhausted when none answers; GuardFired past
+    WALL_CLOCK_GUARD_S (read at call time, so a test can lower it)."""
+    order, skipped = searches(biggest), None
+    coefficient = largest_coefficient(deps)
+    if coefficient > MAX_SHIFTED_COEFFICIENT:
+        skipped = (f"{order[0].name} not tried: a dependence ties dims with coefficient {coefficient}, "
+                   f"above {MAX_SHIFTED_COEFFICIENT}, where isl's search for constant shifts takes "
+                   "seconds its operation count does not show")
+        order = order[1:]
+    guard, timed, exhausted = WALL_CLOCK_GUARD_S, None, ()
+    try:
+        if coefficient > 1 and order[0].name == "full":
+            try:  # its operation count does not bound its time: a CPU-time bound does
+                return _searched(model, deps, order[:1], input_reuse, guard, FULL_CPU_S, skipped, ())
+            except CpuBoundExceeded:
+                timed = (f"the full search passed its CPU-time bound ({FULL_CPU_S} s; a dependence ties dims "
+                         f"with coefficient {coefficient}, and isl's count of operations does not track its time)")
+                order = order[1:]
+            except BudgetExhausted:
+                exhausted, order = order[:1], order[1:]
+        searched = _searched(model, deps, order, input_reuse, guard, None, skipped, exhausted)
+    except GuardFired:
+        raise
+    except CpuBoundExceeded:
+        raise CompileError("isl search: CPU-time bound on a search without one") from None
+    return Searched(searched.schedule, searched.search, searched.exhausted, skipped, timed)
+
+
+def _searched(model, deps, order, input_reuse, guard, cpu_s, skipped, exhausted) -> Searched:
+    try:
+        n, text = run_bounded(_search_in_order, guard, model, deps, order, input_reuse, cpu_s=cpu_s)
+    except CpuBoundExceeded:
+        raise
+    except TimeoutError:
+        raise GuardFired(f"the wall-clock guard ({guard} s) stopped isl's search before any variant "
+                         "answered or exhausted its operation budget") from None
+    schedule = schedule_from_text(model.ctx, text)
+    check_legal(schedule, deps)
+    return Searched(schedule, order[n], (*exhausted, *order[:n]), skipped)
+
+
 def compute_schedule_bounded(model: PolyModel, deps: Deps, *, timeout_s: float,
                              max_operations: int = DEFAULT_MAX_OPERATIONS,
                              options: dict[str, int] | None = None, input_reuse: bool = True) -> isl.Schedule:
@@ -156,10 +298,11 @@ def _reap_later(pid: int) -> None:
         _exiting[:] = still
 
 
-def run_bounded(fn: Callable, timeout_s: float, *args, **kwargs) -> Any:
+def run_bounded(fn: Callable, timeout_s: float, *args, cpu_s: int | None = None, **kwargs) -> Any:
     """fn(*args, **kwargs) in a forked worker process, killed after `timeout_s` seconds.
 
-    Returns fn's (picklable) result, re-raises its exception, raises TimeoutError on expiry
+    Returns fn's (picklable) result, re-raises its exception, raises TimeoutError on expiry,
+    CpuBoundExceeded when the worker used `cpu_s` seconds of CPU (RLIMIT_CPU, whole seconds)
     and CompileError when the worker dies without answering (a crash in native code).
 
     A bare os.fork, not multiprocessing: it works inside daemonic processes (multiprocessing
@@ -172,6 +315,8 @@ def run_bounded(fn: Callable, timeout_s: float, *args, **kwargs) -> Any:
     if pid == 0:  # worker: answer through the pipe, then leave without running any cleanup
         os.close(rfd)
         try:
+            if cpu_s is not None:
+                resource.setrlimit(resource.RLIMIT_CPU, (int(cpu_s), resource.getrlimit(resource.RLIMIT_CPU)[1]))
             try:
                 msg = (True, fn(*args, **kwargs))
                 data = pickle.dumps(msg)
@@ -196,6 +341,11 @@ def run_bounded(fn: Callable, timeout_s: float, *args, **kwargs) -> Any:
                 if not chunk:
                     break
                 chunks.append(chunk)
+        if not chunks and cpu_s is not None:
+            with contextlib.suppress(ChildProcessError):
+                _, status = os.waitpid(pid, 0)
+                if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
+                    raise CpuBoundExceeded(f"{name} used its {cpu_s} s of CPU")
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

@@ -250,12 +250,6 @@ class ScheduleConfig:
     # the same x (graph/algebra.share_exp: ~1.5 ulp; an infinite numerator times an underflowed
     # exp gives NaN). Off by default: IEEE's and numpy's results decide (docs/semantics.md)
     inexact_math: bool = _f(False, BOOL)
-    # wall-clock bound on isl's fused search; past it isl searches again without constant shifts
-    # (each of the corpus graphs that ran out got a fused answer so in 0.04-0.21 s), then with
-    # each strongly connected component on its own (milliseconds), and only if those fail too
-    # does the plain schedule run. The slowest corpus search that ends takes 1.5 s; every graph
-    # past 2.5 s got the same or faster code without shifts (schedule/poly._isl_schedule)
-    isl_timeout_s: float = _f(2.5, Range(1e-9, 3600.0, integer=False))
     # vector registers per op for an elementwise statement that rounds to float16 after many ops:
     # each rounding is a conversion pair with long latency, so more independent lanes in flight
     chain_registers: int = _f(4, Range(1, 16),

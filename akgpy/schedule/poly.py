@@ -4,14 +4,16 @@ nest is generated from isl's AST.
     inline      injective blocks are inlined into their consumers first (as AKG does before
                 its poly pass): they become expressions, not statements
     model       akgpy.poly.extract on what is left; dependences (RAW/WAR/WAW)
-    isl         compute_schedule_bounded: isl's scheduler in a worker with a wall-clock bound
+    isl         schedule_in_order: isl's search variants in order, each under an operation budget
     passes      akgpy.poly.tree.shape: fusion cut, stride-1 innermost, tiling, parallel and
                 vector marks; the result is checked against the dependences
     codegen     isl AST -> TIR (schedule/isl_ast.py); TVM's LLVM backend compiles it
 
 Contractions (MatMul/Conv2D) take the register-tiled template of plain.py ("poly/template").
-When isl's fused search gives no answer in time, isl schedules each strongly connected component
-on its own and the passes fuse from there; when that fails too, or any step fails, the plain
+When isl's fused search exhausts its operation budget, it searches without constant shifts,
+then schedules each strongly connected component on its own and the passes fuse from there
+(budgets, not time: the same graph gets the same kernel on any load); when that fails too, or
+any step fails, the plain
 schedule runs and explain() says why. A shaped tree that fails the legality check is replaced by
 isl's own tree, also checked. Whatever tree is generated, every parallel or vector mark in it is
 proved with isl to carry no dependence, or dropped (poly/checks.legal_marks).
@@ -30,12 +32,12 @@ import islpy as isl
 from tvm import ir, s_tir
 
 from ..errors import AkgpyError
-from ..poly import IllegalSchedule, compute_schedule_bounded, dependences, describe, extract
+from ..poly import IllegalSchedule, dependences, describe, extract
 from ..poly.checks import legal_marks
 from ..poly.explain import WHO_DECIDES, band_lines, tree_lines
-from ..poly.isl_util import maps_of, sets_of
+from ..poly.isl_util import BudgetExhausted, maps_of, sets_of
 from ..poly.model import statement_count
-from ..poly.scheduler import ModelTooLarge, check_size
+from ..poly.scheduler import GuardFired, ModelTooLarge, check_size, schedule_in_order
 from ..poly.access import array_size, extents
 from ..poly.tree import PARALLEL, VECTOR, TreeOptions, shape
 from ..te.builders import LANE_PARTIALS
@@ -54,8 +56,9 @@ from .transpose import copy_parts
 # (graph/algebra.py)
 RIDERS_ATTR = "akgpy.riders"
 # which schedule built the function (SchedulePath's fields)
-PATH_ATTR, FALLBACK_ATTR, ISL_TREE_ATTR, DROPPED_ATTR = (
-    "akgpy.schedule_path", "akgpy.poly_fallback", "akgpy.isl_tree_as_is", "akgpy.dropped_marks")
+PATH_ATTR, FALLBACK_ATTR, ISL_TREE_ATTR, DROPPED_ATTR, GUARD_ATTR = (
+    "akgpy.schedule_path", "akgpy.poly_fallback", "akgpy.isl_tree_as_is", "akgpy.dropped_marks",
+    "akgpy.time_bound")
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,15 @@ class SchedulePath:
     fallback: str | None = None  # why the poly schedule fell back to plain; None when it did not
     isl_tree_as_is: str | None = None  # why the tree passes' result was not used; None when it was
     dropped_marks: int = 0  # parallel/vector marks the legality check refused
+    # why a time bound decided: the wall-clock guard (poly/scheduler.WALL_CLOCK_GUARD_S), or the
+    # CPU-time bound of a full search isl's operation count cannot bound (FULL_CPU_S); None when
+    # only counts did, so the same graph, target and config give this kernel on any machine load
+    guard: str | None = None
+
+    @property
+    def deterministic(self) -> bool:
+        """True when no time bound shaped this kernel (a cache may store it)."""
+        return self.guard is None
 
 
 def schedule_path(func) -> SchedulePath:
@@ -74,18 +86,18 @@ def schedule_path(func) -> SchedulePath:
     def get(key):
         return str(attrs[key]) if key in attrs else None
     return SchedulePath(get(PATH_ATTR) or "plain", get(FALLBACK_ATTR), get(ISL_TREE_ATTR),
-                        int(attrs[DROPPED_ATTR]) if DROPPED_ATTR in attrs else 0)
+                        int(attrs[DROPPED_ATTR]) if DROPPED_ATTR in attrs else 0, get(GUARD_ATTR))
 
 
 def _with_path(mod: ir.IRModule, path: SchedulePath) -> ir.IRModule:
     func = mod["main"].with_attr(PATH_ATTR, path.path).with_attr(DROPPED_ATTR, path.dropped_marks)
-    for key, value in ((FALLBACK_ATTR, path.fallback), (ISL_TREE_ATTR, path.isl_tree_as_is)):
+    for key, value in ((FALLBACK_ATTR, path.fallback), (ISL_TREE_ATTR, path.isl_tree_as_is), (GUARD_ATTR, path.guard)):
         if value is not None:
             func = func.with_attr(key, value)
     return ir.IRModule({"main": func})
 
 
-def poly_schedule(low: Lowered, cfg: ScheduleConfig, target: Target, *, timeout_s: float | None = None,
+def poly_schedule(low: Lowered, cfg: ScheduleConfig, target: Target, *,
                   relower: Callable[[], Lowered] | None = None, decided: dict | None = None,
                   streams: bool = False):
     """(IRModule, report): the report is the explain() text of the decisions. `target` gives the
@@ -94,13 +106,14 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig, target: Target, *, timeout_
     write some outputs with streaming stores (Backend.streams), which the tree passes plan for. `decided`,
     when given, receives {band key: poly.tree.BandFacts} of the tree passes (what a tuner may
     override, akgpy.tune.space)."""
-    timeout_s = cfg.isl_timeout_s if timeout_s is None else timeout_s
     report: list[str] = []
 
-    def fallback(reason: str):
+    def fallback(reason: str, guard: str | None = None):
         report.insert(0, f"schedule path: plain (poly fell back: {reason})")
+        if guard:
+            report.insert(1, f"not deterministic: {guard}")
         mod = plain_schedule(relower() if relower else low, cfg, target).mod
-        return _with_path(mod, SchedulePath("plain", fallback=reason)), "\n".join(report)
+        return _with_path(mod, SchedulePath("plain", fallback=reason, guard=guard)), "\n".join(report)
 
     if any(r == "contract" for r in low.roles.values()):
         notes: list[str] = []
@@ -110,12 +123,14 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig, target: Target, *, timeout_
             "template (parallel tiles, epilogue blocks vectorised inside the tile loop)", *notes])
     t0 = time.perf_counter()
     try:
-        func, inlined, rfactored, chunked, math, model, deps, tree = _isl_schedule(low, cfg, target, timeout_s, report)
+        func, inlined, rfactored, chunked, math, model, deps, searched = _isl_schedule(low, cfg, target, report)
+        tree = searched.schedule
     except ModelTooLarge as e:
         return fallback(f"the model is too large for isl: {e}")
-    except TimeoutError:
-        return fallback(f"isl scheduler gave no answer within {timeout_s} s, nor with each "
-                        "strongly connected component scheduled on its own")
+    except GuardFired as e:
+        return fallback(f"isl scheduler stopped by the wall-clock guard: {e}", guard=str(e))
+    except BudgetExhausted as e:
+        return fallback(f"every isl search variant exhausted its operation budget (the last: {e})")
     except AkgpyError as e:
         return fallback(f"polyhedral analysis failed: {e}")
     except Exception as e:  # the analysis must never stop a valid graph from compiling
@@ -151,7 +166,7 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig, target: Target, *, timeout_
                                  f"{', '.join(scalar)}; polynomials pay off only in vector loops)")
         except Exception as e:  # keep the vector-math function: correct, maybe slower
             math_note += f" (libm check failed: {type(e).__name__}: {e})"
-    try:  # `final` is checked: by shape(), or (isl's own tree) by compute_schedule_bounded
+    try:  # `final` is checked: by shape(), or (isl's own tree) by schedule_in_order
         new_func, ast_text, codegen_notes = realize(func, model, final, coalesced)
     except Exception as e:
         return fallback(f"code generation from the isl AST failed: {type(e).__name__}: {e}")
@@ -179,60 +194,37 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig, target: Target, *, timeout_
                describe(model, deps, tree).replace("== schedule tree", "== isl schedule tree (before passes)"),
                "== schedule tree (after passes)", *tree_lines(final.get_root()),
                "== isl AST", ast_text.rstrip()]
-    path = SchedulePath("poly/isl-ast", isl_tree_as_is=as_is, dropped_marks=len(dropped))
+    path = SchedulePath("poly/isl-ast", isl_tree_as_is=as_is, dropped_marks=len(dropped), guard=searched.guard)
     return _with_path(ir.IRModule({"main": new_func}), path), "\n".join(report)
 
 
-# the searches after a timeout answer within milliseconds (without shifts: 0.04-0.21 s on the
-# corpus graphs whose full search runs out)
-SERIALIZED_TIMEOUT_S = 2.0
-
-
-def _isl_schedule(low: Lowered, cfg: ScheduleConfig, target: Target, timeout_s: float, report: list[str]):
-    """The pre-passes, the model, its dependences and isl's tree (TimeoutError past the bounds).
+def _isl_schedule(low: Lowered, cfg: ScheduleConfig, target: Target, report: list[str]):
+    """The pre-passes, the model, its dependences and isl's tree (BudgetExhausted when every
+    search variant runs out of operations, GuardFired past the wall-clock guard).
 
     isl's default search merges clusters of statements into shared bands, and a dependence
     that mixes dims (S[i, j] -> T[13i + j]: a Reshape between two computed statements, or a
     row cut into interleaved partials) can keep that search going for minutes on a graph of
-    three statements. When isl gives no answer in time, it searches again with no constant
-    shifts (schedule_max_constant_term 0): the search that ran out was looking for shifts
-    these graphs do not need. On the six corpus graphs that ran out (bert's row sums cut into
-    partials, 5 s each), that search answers in 0.04-0.21 s with a fused schedule: bert's
-    `~18132029375129556574` 2.27 -> 0.27 ms, `~14201451304162884313` 4.4 -> 3.5 ms,
-    `~8276691551337289562` 0.21 -> 0.17 ms, the others within 2 us (A/B, kernel alone). It is
-    not the first search: the NZ softmaxes (`~16754049541375441580`, `~17435194477088541004`)
-    ran 1.09-1.14x slower without their shifts. Only if that search runs out too does isl
-    schedule each strongly connected component on its own (schedule_serialize_sccs), and
-    akgpy's passes fuse from there. explain() says which. The first search keeps its full
-    bound: on yolo ~3153 (1.7 s of isl then) it gave code 3x faster than the serialized one."""
+    three statements. So the variants run in order, each under an operation budget (poly/
+    scheduler.searches): the full search, then one without constant shifts (the search that
+    ran out was looking for shifts these graphs do not need: bert's row sums cut into
+    partials answer in 0.04-0.21 s with a fused schedule, `~18132029375129556574` 2.27 ->
+    0.27 ms), then each strongly connected component on its own, which akgpy's passes fuse
+    from there. The search without shifts does not go first: the NZ softmaxes
+    (`~16754049541375441580`, `~17435194477088541004`) ran 1.09-1.14x slower without their
+    shifts; nor does the serialized one: on yolo ~3153 the full search gave code 3x faster.
+    Budgets count isl's own operations, so the variant depends on the model alone, not on
+    the machine's load; explain() says which variant answered and which ran out. (Where a
+    dependence mixes dims, isl's count does not track the full search's time and a CPU-time
+    bound decides: the kernel's SchedulePath is then marked not deterministic.)"""
     func, inlined, rfactored, chunked, math = _prepass(low, cfg, target)
     check_size(statement_count(func))
     model = extract(func, low.roles)
     deps = dependences(model)
     biggest = max((e for s in model.statements for e in extents(s)), default=1)
-    # bounding constant shifts by the largest extent keeps isl from searching for minutes
-    # (layernorm.json: 10.5 s -> 0.18 s) and still lets it fuse
-    options = {"schedule_max_constant_term": biggest}
-    retry = min(timeout_s, SERIALIZED_TIMEOUT_S)
-    # each search runs only when the one before it ran out; what explain() says when it answers
-    searches = [(timeout_s, options, None),
-                (retry, {**options, "schedule_max_constant_term": 0},
-                 f"isl gave no schedule within {timeout_s} s; searched again without constant shifts "
-                 "(schedule_max_constant_term 0), which answered"),
-                (retry, {**options, "schedule_serialize_sccs": 1},
-                 f"isl gave no fused schedule within {timeout_s} s, nor without constant shifts; each strongly "
-                 "connected component scheduled on its own (isl's schedule_serialize_sccs), akgpy's passes "
-                 "fuse from there")]
-    for n, (bound, opts, note) in enumerate(searches, 1):
-        try:
-            tree = compute_schedule_bounded(model, deps, timeout_s=bound, options=opts, input_reuse=cfg.input_fusion)
-        except TimeoutError:
-            if n == len(searches):
-                raise
-            continue
-        if note:
-            report.append(note)
-        return func, inlined, rfactored, chunked, math, model, deps, tree
+    searched = schedule_in_order(model, deps, biggest=biggest, input_reuse=cfg.input_fusion)
+    report.extend(searched.lines())
+    return func, inlined, rfactored, chunked, math, model, deps, searched
 
 
 def _lane_partials(blocks: dict) -> dict[str, int]:

@@ -17,7 +17,8 @@ class Flag:
 
 
 DUMP = Flag("AKGPY_DUMP", "", "directory: every stage writes what it produced there (graph, TVMScript, source)", False)
-NUM_THREADS = Flag("TVM_NUM_THREADS", "", "CPU threads for kernels; akgpy defaults it to all cores at import", False)
+# the host Target's thread count comes from it, and the column-sum chunk count follows that
+NUM_THREADS = Flag("TVM_NUM_THREADS", "", "CPU threads for kernels; akgpy defaults it to all cores at import", True)
 
 CACHE = Flag("AKGPY_CACHE", "~/.cache/akgpy",
              "directory of the compile cache (docs/cache.md); 'off' compiles every time and stores nothing", False)

@@ -66,10 +66,7 @@ GRAPHS = [_fp32, _fp16, _scratch, _stacked, _collapsed]
 def _compile(make, monkeypatch):
     g = make()
     if make is _scratch:
-        try:
-            from akgpy.targets.cpu import stack_scratch
-        except ImportError:
-            from akgpy.targets import stack_scratch
+        from akgpy.targets.cpu import stack_scratch
         with monkeypatch.context() as m:
             m.setattr(stack_scratch, "STACK_SCRATCH_BYTES", 1024)  # under the row: the allocator keeps it
             return g, akgpy.fuse(g)

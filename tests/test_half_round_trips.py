@@ -14,7 +14,7 @@ import akgpy
 from akgpy import GraphBuilder
 from akgpy.targets import half_round_trips
 from akgpy.targets.half_round_trips import _Values, drop_half_round_trips
-from akgpy.targets.native_fp16 import holds_in_half
+from akgpy.targets.half_round_trips import holds_in_half
 from akgpy.testing import check_program, random_inputs
 
 

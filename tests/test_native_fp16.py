@@ -1,4 +1,4 @@
-"""float16 ops in float16 registers (akgpy/targets/native_fp16.py): which ops the pass rewrites,
+"""float16 ops in float16 registers (akgpy/targets/cpu/native_fp16.py): which ops the pass rewrites,
 that AVX512-FP16 code comes out, and that its results are bit-identical to float32-then-round."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tvm import tirx
 import akgpy
 from akgpy import GraphBuilder
 from akgpy.targets.cpu import llvm
-from akgpy.targets.native_fp16 import native_fp16
+from akgpy.targets.cpu.native_fp16 import native_fp16
 from akgpy.testing import check_program
 
 N = (64, 512)

@@ -51,7 +51,7 @@ def test_comparison_cast_in_vector_lanes(reduce, to, schedule):
 def test_a_tvm_failure_in_code_generation_is_a_compile_error(monkeypatch):
     """TVM raised the check above as a bare ValueError from llvm.build; without the rewrite it
     is an akgpy CompileError naming the failed check."""
-    tir_pipeline = importlib.import_module("akgpy.targets.tir_pipeline")
+    tir_pipeline = importlib.import_module("akgpy.targets.cpu.tir_pipeline")
     monkeypatch.setattr(tir_pipeline, "bool_casts", lambda f: f)
     with pytest.raises(CompileError, match="LLVM code generation failed: ValueError: .*IntImm"):
         akgpy.fuse(_compare_graph("max_rows", "float32", "float32"))

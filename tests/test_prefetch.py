@@ -1,4 +1,4 @@
-"""Software prefetch (akgpy/targets/prefetch.py): which reads get one, and how far ahead."""
+"""Software prefetch (akgpy/targets/cpu/prefetch.py): which reads get one, and how far ahead."""
 from __future__ import annotations
 
 import pytest
@@ -11,9 +11,9 @@ import akgpy
 from akgpy import GraphBuilder
 from akgpy.errors import CompileError
 from akgpy.targets import default_config
-from akgpy.schedule.stream import ATTR as STREAM_ATTR
-from akgpy.schedule.stream import PREFETCH_ATTR
-from akgpy.targets.prefetch import prefetch_func
+from akgpy.targets.cpu.prefetch import prefetch_func
+from akgpy.targets.cpu.stream import ATTR as STREAM_ATTR
+from akgpy.targets.cpu.stream import PREFETCH_ATTR
 from akgpy.testing import check_program
 
 
@@ -74,7 +74,7 @@ def test_a_store_into_an_argument_gets_a_write_prefetch_unless_it_may_stream():
     keeps few of those reads in flight (bert GELU backward ~0750, whose output a later loop sums
     so it cannot stream: kernel alone, LLC flushed, 0.90-0.92x). An output that may stream
     (marked, and read by no loop of the kernel) gets none: its prefetch would count as a read
-    back, and targets/stream_stores.py would not stream it."""
+    back, and targets/cpu/stream_stores.py would not stream it."""
     assert _offsets(_prefetched(_stream, rw=1)) == [("B", 512)]
     assert _offsets(_prefetched(_two_outputs, rw=1)) == [("B", 512), ("C", 512)]
     assert _offsets(_prefetched(_columns, rw=1)) == []  # 4 KiB of partial sums: cached

@@ -9,7 +9,8 @@ import pytest
 
 import akgpy
 from akgpy import GraphBuilder
-from akgpy.targets import split_accumulators, tir_pipeline
+from akgpy.targets import split_accumulators
+from akgpy.targets.cpu import tir_pipeline
 from akgpy.testing import check_program
 
 from .conftest import BARE, WIDE

@@ -1,4 +1,4 @@
-"""targets/stack_scratch.py: a scratch buffer of 1-16 KiB inside a parallel loop is a stack
+"""targets/cpu/stack_scratch.py: a scratch buffer of 1-16 KiB inside a parallel loop is a stack
 buffer of the loop's closure, not a TVMBackendAllocWorkspace/FreeWorkspace pair per iteration."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import akgpy
 from akgpy import GraphBuilder
 from akgpy.targets import default_config
-from akgpy.targets import stack_scratch
+from akgpy.targets.cpu import stack_scratch
 from akgpy.testing import check_program, workspace_allocations
 
 

@@ -11,11 +11,11 @@ from tvm.script import tirx as T
 import akgpy
 from akgpy import GraphBuilder
 from akgpy.errors import CompileError
-from akgpy.schedule.stream import ATTR
+from akgpy.targets.cpu.stream import ATTR
 from akgpy.targets import default_config
 from akgpy.targets.cpu import llvm
 from akgpy.targets.cpu.defaults import STREAM_MIN_BYTES_EMR
-from akgpy.targets.stream_stores import _sink
+from akgpy.targets.cpu.stream_stores import _sink
 from akgpy.testing import check_program
 
 # stream at test sizes; 64-byte vectors whatever the host (an AVX2 host's 32-byte ones never

@@ -14,7 +14,8 @@ from tvm.script import tirx as T
 import akgpy
 from akgpy import GraphBuilder
 from akgpy.schedule.config import ScheduleConfig
-from akgpy.targets import sum_runs, tir_pipeline
+from akgpy.targets import sum_runs
+from akgpy.targets.cpu import tir_pipeline
 from akgpy.testing import check_program, random_inputs
 
 

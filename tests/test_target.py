@@ -138,3 +138,26 @@ def test_haswell_on_this_host_gives_avx2_code_with_32_byte_vectors():
     if host.vector_bytes == 64:  # and the host's own kernel does use zmm registers: the target decides
         native = akgpy.fuse(g)
         assert "zmm" in native.kernels[0]._executable.mod.inspect_source("s")
+
+
+def test_kernel_threads_are_a_codegen_switch(monkeypatch):
+    """TVM_NUM_THREADS gives the host Target its threads, which the column-sum chunk count
+    follows: the flag is declared to change code, so the compile cache's key names it."""
+    from akgpy.tune.cache import codegen_flags
+    assert config.NUM_THREADS.affects_codegen
+    monkeypatch.setenv("TVM_NUM_THREADS", "3")
+    three = resolve_target(None)
+    assert three.threads == 3 and codegen_flags()["TVM_NUM_THREADS"] == "3"
+    monkeypatch.setenv("TVM_NUM_THREADS", "5")
+    assert resolve_target(None).threads == 5 and codegen_flags()["TVM_NUM_THREADS"] == "5"
+    assert resolve_target(None).fingerprint != three.fingerprint
+
+
+def test_program_repr_names_the_target_by_kind_cpu_and_fingerprint():
+    from akgpy import GraphBuilder
+    b = GraphBuilder("repr_add")
+    x = b.input("x", (8, 16))
+    b.output(x + 1.0)
+    prog = akgpy.fuse(b.build(), target=HASWELL, cache=False)
+    t = resolve_target(HASWELL)
+    assert repr(prog) == f"Program('repr_add', 1 kernel(s), target=llvm haswell {t.fingerprint})"

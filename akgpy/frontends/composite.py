@@ -1,4 +1,5 @@
-"""MindSpore/AKG composite JSON <-> Graph, exact in both directions.
+"""MindSpore/AKG composite JSON <-> Graph, exact in both directions (the writer,
+`dump_composite`, is graph/dump.py's, re-exported here).
 
 The format (../shared/docs/composite-format.md) links tensors only by `tensor_name`, lists
 ops in topological order, flattens each op's list-of-lists `input_desc`, and marks
@@ -13,8 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AkgpyError, FormatError, ShapeError
+from ..graph.dump import dump_composite
 from ..graph.ir import Graph, Op, Tensor
 from ..ops.registry import squeeze
+
+__all__ = ["load_composite", "dump_composite"]
 
 _TOP_KEYS = {"composite", "op", "process", "input_desc", "output_desc", "op_desc"}
 _OP_KEYS = {"name", "attr", "input_desc", "output_desc"}
@@ -188,48 +192,3 @@ def load_composite(src: Any) -> Graph:
         raise
     except (TypeError, ValueError, KeyError, IndexError) as e:  # attr of the wrong type deep in a rule
         raise FormatError(f"{origin}: invalid graph: {type(e).__name__}: {e}") from None
-
-
-def _tensor_json(t: Tensor, fmt: str | None = None) -> dict:
-    d = {"data_type": t.dtype, "format": fmt or t.format, "shape": list(t.shape), "tensor_name": t.name}
-    if t.is_const:
-        d["tensor_name"] = t.name.split("__c")[0]
-        d["value"] = t.value
-    return d
-
-
-def _attr_type(v: Any) -> str:
-    if isinstance(v, bool):
-        return "bool"
-    if isinstance(v, int):
-        return "int"
-    if isinstance(v, float):
-        return "float"
-    if isinstance(v, str):
-        return "str"
-    if isinstance(v, (list, tuple)):
-        return "listStr" if v and isinstance(v[0], str) else "listInt"
-    return "str"
-
-
-def dump_composite(g: Graph, *, indent: int | None = None) -> str:
-    """Write a Graph as composite JSON; load_composite of the result equals g."""
-    T = g.tensors
-
-    def op_json(op: Op) -> dict:
-        ins = [[_tensor_json(T[n]) for n in op.inputs]] if op.name == "AddN" else \
-              [[_tensor_json(T[n])] for n in op.inputs]
-        attrs = [{"data_type": _attr_type(v), "name": k, "value": list(v) if isinstance(v, tuple) else v}
-                 for k, v in op.attrs.items()]
-        d = {"attr": attrs or None, "impl_path": "", "input_desc": ins, "name": op.name,
-             "output_desc": [_tensor_json(T[n]) for n in op.outputs]}
-        d.update(op.extra)
-        return d
-
-    out_fmt = g.meta.get("output_format", {})
-    doc = {"composite": True, "op": g.name, "process": g.process,
-           "input_desc": [[_tensor_json(T[n])] for n in g.inputs] or None,
-           "output_desc": [_tensor_json(T[n], out_fmt.get(n)) for n in g.outputs],
-           "op_desc": [op_json(op) for op in g.ops], "platform": "AKG"}
-    doc.update({k: v for k, v in g.meta.items() if k != "output_format"})
-    return json.dumps(doc, indent=indent)

@@ -16,8 +16,12 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ..ops.registry import canonical_name, lookup, reduce_axes
-from .ir import NZ, Graph
+from typing import TYPE_CHECKING
+
+from ..ops.registry import NZ, canonical_name, lookup, reduce_axes
+
+if TYPE_CHECKING:  # graph/ir.py imports this module (Graph.hash)
+    from .ir import Graph
 
 
 # Attrs whose absence means this value: written-out defaults must not split cache entries.

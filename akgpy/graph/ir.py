@@ -13,9 +13,10 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .. import dtypes
-from ..errors import FormatError, ShapeError
-
-NZ = "FRACTAL_NZ"
+from ..errors import AttrError, FormatError, ShapeError
+from ..ops.registry import NZ, lookup
+from .dump import dump_composite
+from .hash import structural_hash
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,6 @@ class Op:
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def attr(self, key: str, default: Any = ...):
-        from ..errors import AttrError
         if key in self.attrs:
             return self.attrs[key]
         if default is ...:
@@ -152,7 +152,6 @@ class Graph:
         return tuple(n for n in self.outputs if n not in fake)
 
     def validate(self) -> None:
-        from ..ops.registry import lookup  # late: registry imports this module
         if not isinstance(self.name, str):
             raise FormatError(f"graph name must be a string, got {self.name!r:.40}")
         for t in self.tensors.values():
@@ -215,11 +214,9 @@ class Graph:
 
     # -- conversions -----------------------------------------------------------------
     def to_composite(self, *, indent: int | None = None) -> str:
-        from ..frontends.composite import dump_composite
         return dump_composite(self, indent=indent)
 
     def hash(self) -> str:
-        from .hash import structural_hash
         return structural_hash(self)
 
     def __repr__(self) -> str:

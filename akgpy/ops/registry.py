@@ -14,10 +14,14 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..errors import AttrError, ShapeError, UnsupportedOpError
-from ..graph.ir import NZ, Op, Tensor
+
+if TYPE_CHECKING:  # the rules read Op and Tensor records; graph/ir.py imports this table
+    from ..graph.ir import Op, Tensor
+
+NZ = "FRACTAL_NZ"  # the fractal data format, whose tensors broadcast logically (uses_logical_broadcast)
 
 
 class Category(enum.IntEnum):
@@ -29,7 +33,7 @@ class Category(enum.IntEnum):
     OPAQUE = 4
 
 
-Rule = Callable[[Op, Sequence[Tensor], Sequence[Tensor]], None]
+Rule = Callable[["Op", Sequence["Tensor"], Sequence["Tensor"]], None]
 
 
 @dataclass(frozen=True)

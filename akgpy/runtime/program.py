@@ -331,6 +331,13 @@ class RestoredKernel(Kernel):
         return f"RestoredKernel({self.name!r}, {len(self.params)} params)"
 
 
+def target_label(target) -> str:
+    """A Target's short form for reprs: kind, CPU and fingerprint (Target.describe() has every fact)."""
+    if all(hasattr(target, a) for a in ("kind", "cpu", "fingerprint")):
+        return f"{target.kind} {target.cpu} {target.fingerprint}"
+    return repr(target)
+
+
 _IN, _OUT, _INPLACE, _INPLACE_READ, _STACK_IN, _STACK_OUT = range(6)  # how a kernel parameter is passed
 
 
@@ -394,7 +401,7 @@ class Program:
         return "\n\n".join(k.explain(timeout_s=timeout_s) for k in self.kernels)
 
     def __repr__(self) -> str:
-        return f"Program({self.graph.name!r}, {len(self.kernels)} kernel(s), target={self.target!r})"
+        return f"Program({self.graph.name!r}, {len(self.kernels)} kernel(s), target={target_label(self.target)})"
 
     def _check(self, arrays: Sequence[Any]) -> list[np.ndarray]:
         g = self.graph

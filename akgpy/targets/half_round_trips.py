@@ -23,11 +23,17 @@ on 2; docs/poly.md has the corpus A/B).
 """
 from __future__ import annotations
 
+import numpy as np
 from tvm import ir, tirx
 
 from ..dtypes import widens_exactly
-from .native_fp16 import fence_id, holds_in_half, unfenced
-from .rewrite import let_values, rewrite_each
+from .rewrite import fence_id, let_values, rewrite_each, unfenced
+
+
+def holds_in_half(v: float) -> bool:
+    """Is v a float16 value (inf and NaN included)?"""
+    with np.errstate(over="ignore"):  # beyond 65504 it becomes inf: not held, unless v is inf
+        return bool(np.isnan(v) or float(np.float16(v)) == v)
 
 
 def _ty(e) -> str:

@@ -23,9 +23,8 @@ import tvm_ffi
 from tvm import ir, tirx
 
 from ..dtypes import vector_parts
-from ..schedule.transpose import _substitute
-from .rewrite import rewrite_each, update_parts
-from .sum_runs import _inlined, _pairwise, _uses, index_step
+from .rewrite import rewrite_each, substitute, update_parts
+from .sum_runs import index_step, inlined, pairwise, uses
 
 LANES = (8, 4, 2)
 
@@ -48,22 +47,22 @@ def _vector_sum(loop, local: set):
         return None
     n = int(loop.extent.value)
     lanes = next((k for k in LANES if n % k == 0 and n >= 2 * k), 0)
-    st = _inlined(loop.body) if lanes else None
+    st = inlined(loop.body) if lanes else None
     if not isinstance(st, tirx.BufferStore) or str(st.buffer.dtype) != "float64" \
             or vector_parts(st.value.ty)[1] != 1:
         return None
     parts = update_parts(st, tirx.Add)
     var = loop.loop_var
-    if parts is None or any(_uses(i, var) for i in st.indices):
+    if parts is None or any(uses(i, var) for i in st.indices):
         return None
     acc, term, acc_first = parts
     if (not isinstance(term, ir.TensorLoad) or str(term.ty) != "float64" or len(term.indices) != 1
             or term.source.same_as(st.buffer) or str(term.source.data) not in local
             or index_step(term.indices[0], var) != 1):
         return None
-    base = _substitute(term.indices[0], {var: tirx.IntImm(var.ty, 0)})
+    base = substitute(term.indices[0], {var: tirx.IntImm(var.ty, 0)})
     chunks = [tirx.BufferLoad(term.source, [tirx.Ramp(base + lanes * j, 1, lanes)]) for j in range(n // lanes)]
-    total = _halved(_pairwise(chunks), lanes)
+    total = _halved(pairwise(chunks), lanes)
     return tirx.BufferStore(st.buffer, acc + total if acc_first else total + acc, st.indices)
 
 

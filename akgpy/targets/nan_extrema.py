@@ -15,8 +15,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..te.extrema import const, const_value, elem, is_float, nan_extremum
-from .native_fp16 import fence_id, unfenced
-from .rewrite import update_parts
+from .rewrite import fence_id, unfenced, update_parts
 
 # ops whose result is NaN whenever an operand is (so are float casts and LLVM's arithmetic fence)
 _ARITH = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div)

@@ -20,9 +20,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from .rewrite import rewrite_each, update_parts
-from .stream_stores import _is_one
-from .vector_loads import _lanes
+from .rewrite import is_one, lanes, rewrite_each, update_parts
 
 MAX_CHUNK_BITS = 512
 MIN_CHUNK_BITS = 128
@@ -42,9 +40,9 @@ def _split(store):
     if len(store.indices) != 1 or not isinstance(store.indices[0], tirx.Ramp) or not isinstance(v, _OPS):
         return None
     ramp = store.indices[0]
-    if not _is_one(ramp.stride):
+    if not is_one(ramp.stride):
         return None
-    n = _lanes(v.ty)
+    n = lanes(v.ty)
     if n & (n - 1) == 0:
         return None
     c = _chunk(n, tvm.runtime.DataType(str(store.buffer.dtype)).bits)

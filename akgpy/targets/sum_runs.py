@@ -39,8 +39,7 @@ from tvm import ir, tirx
 from tvm.sym import Analyzer
 
 from ..dtypes import vector_parts
-from ..schedule.transpose import _substitute
-from .rewrite import rewrite_each, update_parts
+from .rewrite import rewrite_each, substitute, update_parts
 
 MAX_RUN = 8
 # term dtypes whose float32 runs cannot overflow (and are exact, but for float16's)
@@ -65,7 +64,8 @@ def _narrow_load(x) -> bool:
     return isinstance(x, ir.TensorLoad) and vector_parts(x.ty)[0] in RUN_SOURCES
 
 
-def _uses(expr, var) -> bool:
+def uses(expr, var) -> bool:
+    """Whether `expr` reads the variable `var`."""
     found = []
     tvm_ffi.structural_walk(expr, [(tirx.Var, lambda v: found.append(v) if v.same_as(var) else None)])
     return bool(found)
@@ -77,7 +77,7 @@ def _reads(expr, buf) -> bool:
     return bool(found)
 
 
-def _inlined(body):
+def inlined(body):
     """A loop body of let-bindings (TVM's common subexpressions) and one store, as that store
     with the bound values substituted; any other body unchanged."""
     if not isinstance(body, tirx.SeqStmt):
@@ -88,8 +88,8 @@ def _inlined(body):
         return body
     lets = {}
     for b in binds:  # in order: a value may use the variables bound before it
-        lets[b.var] = _substitute(b.value, lets)
-    return tirx.BufferStore(last.buffer, _substitute(last.value, lets), [_substitute(i, lets) for i in last.indices])
+        lets[b.var] = substitute(b.value, lets)
+    return tirx.BufferStore(last.buffer, substitute(last.value, lets), [substitute(i, lets) for i in last.indices])
 
 
 def _walks_its_row(load, var) -> bool:
@@ -104,11 +104,12 @@ def _walks_its_row(load, var) -> bool:
 
 def index_step(index, var) -> int | None:
     """How far `index` moves when `var` grows by one, when that is a constant."""
-    step = Analyzer().simplify(_substitute(index, {var: var + 1}) - index)
+    step = Analyzer().simplify(substitute(index, {var: var + 1}) - index)
     return int(step.value) if isinstance(step, tirx.IntImm) else None
 
 
-def _pairwise(terms):
+def pairwise(terms):
+    """The sum of `terms` as a balanced tree of additions (neighbours first)."""
     while len(terms) > 1:
         terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
     return terms[0]
@@ -121,18 +122,18 @@ def _runs(loop):
         return None
     n = int(loop.extent.value)
     u = max((d for d in range(2, MAX_RUN + 1) if n % d == 0), default=0)
-    st = _inlined(loop.body) if u else None
+    st = inlined(loop.body) if u else None
     parts = update_parts(st, tirx.Add) if isinstance(st, tirx.BufferStore) else None
-    if parts is None or any(_uses(i, loop.loop_var) for i in st.indices):
+    if parts is None or any(uses(i, loop.loop_var) for i in st.indices):
         return None
     acc, term, acc_first = parts
     term = run_term(term)
-    if term is None or not _uses(term, loop.loop_var) or _reads(term, st.buffer) \
+    if term is None or not uses(term, loop.loop_var) or _reads(term, st.buffer) \
             or (n <= MAX_RUN and _walks_its_row(term.value, loop.loop_var)):
         return None
     var = loop.loop_var
     outer = tirx.Var(var.name + "_run", var.ty)
-    total = _pairwise([_substitute(term, {var: outer * u + j}) for j in range(u)])
+    total = pairwise([substitute(term, {var: outer * u + j}) for j in range(u)])
     wide = tirx.Cast(acc.ty, total)
     new = tirx.BufferStore(st.buffer, acc + wide if acc_first else wide + acc, st.indices)
     return tirx.For(outer, tirx.IntImm(var.ty, 0), tirx.IntImm(var.ty, n // u), tirx.ForKind.SERIAL, new)

@@ -18,15 +18,10 @@ import tvm_ffi
 from tvm import ir, tirx
 from tvm.sym import Analyzer
 
-from ..dtypes import vector_parts
-from .rewrite import let_values
+from .rewrite import lanes, let_values
 
 # a span wider than this many lanes is a strided read (a transpose's column), not a broadcast
 MAX_SPAN_PER_LANE = 1
-
-
-def _lanes(ty) -> int:
-    return vector_parts(ty)[1]
 
 
 def _lane(e, i: int, lets: dict):
@@ -36,7 +31,7 @@ def _lane(e, i: int, lets: dict):
     if isinstance(e, tirx.Broadcast):
         return e.value
     if isinstance(e, tirx.Var):
-        if _lanes(e.ty) == 1:
+        if lanes(e.ty) == 1:
             return e
         v = lets.get(e)
         return None if v is None else _lane(v, i, lets)
@@ -52,7 +47,7 @@ def _lane(e, i: int, lets: dict):
 def _pattern(index, lets: dict, ana) -> tuple | None:
     """(lane 0's scalar index, each lane's constant offset from it) of a vector index whose
     lanes differ by constants, else None."""
-    n = _lanes(index.ty)
+    n = lanes(index.ty)
     first = _lane(index, 0, lets)
     if first is None:
         return None
@@ -77,7 +72,7 @@ def shuffle_loads(func):
 
     def on_load(ld, mut):
         idx = list(ld.indices)
-        n = _lanes(ld.ty)
+        n = lanes(ld.ty)
         if n < 2 or len(idx) != 1 or (isinstance(idx[0], tirx.Ramp) and _is_int(idx[0].stride)) \
                 or isinstance(idx[0], tirx.Broadcast):
             return mut.default_mutate(ld)

@@ -16,6 +16,7 @@ caller's inputs into it, and hands out views of a stacked output.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import tvm_ffi
 from tvm import ir, tirx
@@ -25,6 +26,22 @@ from ..errors import CompileError
 OUTPUT_ALIGN = 64  # bytes: a cache line, the unit of streaming stores
 # The corpus's largest kernel has 207 parameters (bert's LAMB AddN: 206 inputs, 1 output)
 MAX_KERNEL_PARAMS = 256
+
+
+@dataclass(frozen=True)
+class Param:
+    """One PrimFunc parameter and the graph tensor it carries, or the graph tensors stacked in it
+    (`members`, in order: member j is [j, ...] of the array)."""
+    kind: str  # "input" | "output" | "inplace"
+    tensor: str  # graph tensor name (a stack: stack_label)
+    shape: tuple[int, ...]  # storage shape (complex: trailing 2); a stack's: (len(members), *member's)
+    dtype: str  # storage dtype (complex: its float part)
+    align: int  # bytes of alignment the kernel assumes of the array's start (param_align)
+    members: tuple[str, ...] = ()  # graph tensors of a stacked parameter; () for one tensor
+
+    @property
+    def tensors(self) -> tuple[str, ...]:
+        return self.members or (self.tensor,)
 
 
 def param_align(kind: str, itemsize: int) -> int:
@@ -84,7 +101,6 @@ def stack_outputs(func, params: list, stacks: Sequence[tuple[str, ...]], index_d
     (k, *shape) at the first member's place: every load, store and block region of member j
     addresses [j, ...] of it. Done on the scheduled function, so the schedule is the one the
     members got; only the calling convention changes."""
-    from .lower import Param
     if not stacks:
         return func, params
     member = {}  # graph tensor -> (stack buffer, index constant)

@@ -7,7 +7,7 @@ loops run is the scheduler's business.
 from __future__ import annotations
 
 from math import prod
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from tvm import te, tirx
 
@@ -18,7 +18,10 @@ from ..ops.registry import OPS, Category, lookup, matmul_dims, reduce_axes
 from . import fastmath
 from .extrema import nan_extremum
 from .index import digit_groups, logical_to_nz, nz_to_logical, repeats_every, reshape_index
-from .lower import Lowerer, Operand, compute_dtype, logical, storage
+from .operand import Operand, compute_dtype, logical, storage
+
+if TYPE_CHECKING:  # the Lowerer drives the builders (te/lower.py imports this module)
+    from .lower import Lowerer
 
 
 def _real_only(op: Op, ins: list[Operand]) -> None:

@@ -23,25 +23,10 @@ from tvm import te, tirx
 from ..errors import CompileError, UnsupportedOpError
 from ..graph.ir import Graph, Op, Tensor
 from ..graph.ranges import value_ranges
-from ..ops.registry import uses_logical_broadcast
-from .abi import param_align, stack_label, stack_plan, with_alignment
+from .abi import Param, param_align, stack_label, stack_plan, with_alignment
+from .builders import BUILDERS
 from .index import extents, index_dtype, operand_index
-
-
-@dataclass(frozen=True)
-class Param:
-    """One PrimFunc parameter and the graph tensor it carries, or the graph tensors stacked in it
-    (`members`, in order: member j is [j, ...] of the array, te/abi.py)."""
-    kind: str  # "input" | "output" | "inplace"
-    tensor: str  # graph tensor name (a stack: te/abi.stack_label)
-    shape: tuple[int, ...]  # storage shape (complex: trailing 2); a stack's: (len(members), *member's)
-    dtype: str  # storage dtype (complex: its float part)
-    align: int  # bytes of alignment the kernel assumes of the array's start (te/abi.py)
-    members: tuple[str, ...] = ()  # graph tensors of a stacked parameter; () for one tensor
-
-    @property
-    def tensors(self) -> tuple[str, ...]:
-        return self.members or (self.tensor,)
+from .operand import Operand, compute_dtype, logical, storage
 
 
 @dataclass
@@ -53,48 +38,6 @@ class Lowered:
     # outputs passed stacked (te/abi.stack_outputs, after scheduling: the schedule sees them one by one)
     output_stacks: list[tuple[str, ...]] = field(default_factory=list)
     index_dtype: str = "int32"
-
-
-def storage(t: Tensor) -> tuple[tuple[int, ...], str]:
-    from ..dtypes import COMPLEX_PART
-    if t.dtype in COMPLEX_PART:
-        return (*t.shape, 2), COMPLEX_PART[t.dtype]
-    return t.shape, t.dtype
-
-
-def compute_dtype(dtype: str) -> str:
-    return "float32" if dtype == "float16" else dtype
-
-
-class Operand:
-    """A graph tensor as TE sees it: a te.Tensor, or a compile-time scalar."""
-
-    def __init__(self, desc: Tensor, tensor=None):
-        self.desc, self.tensor = desc, tensor
-
-    @property
-    def is_complex(self) -> bool:
-        return self.desc.dtype.startswith("complex")
-
-    def load(self, dst: Tensor, idx, logical: bool = False, part: int | None = None):
-        if self.tensor is None:
-            _, dt = storage(self.desc)
-            v = self.desc.value
-            if self.is_complex:
-                v = v.real if part == 0 else (v.imag if isinstance(v, complex) else 0)
-            if dt in ("float16", "float32"):  # the dtype's value: TVM widens a FloatImm's double as is
-                v = float(np.asarray(v, dtype=dt))
-            return tirx.const(v, dt)
-        src_idx = operand_index(self.desc, dst, idx, logical=logical)
-        if self.is_complex:
-            src_idx = [*src_idx, part]
-        return self.tensor(*src_idx)
-
-    def value(self, dst: Tensor, idx, logical: bool = False):
-        """The element as a compute-dtype expression (float16 widened to float32)."""
-        x = self.load(dst, idx, logical)
-        want = compute_dtype(self.desc.dtype)
-        return x.astype(want) if want != str(x.ty) else x
 
 
 class StackMember:
@@ -180,7 +123,6 @@ class Lowerer:
 
     # -- driver ----------------------------------------------------------------------------------
     def run(self) -> Lowered:
-        from .builders import BUILDERS
         g = self.g
         self._plan_stacks()
         for i, op in enumerate(g.ops):
@@ -314,7 +256,3 @@ def lower(g: Graph, *, vector_math: bool = True) -> Lowered:
     loop for poly, 2.6x slower in the plain schedule's scalar loops (yolo loss sum), more than 8
     where a broadcast operand's period asks for it."""
     return Lowerer(g, vector_math).run()
-
-
-def logical(ins: list[Operand], out: Tensor) -> bool:
-    return uses_logical_broadcast([o.desc for o in ins], out)

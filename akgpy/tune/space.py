@@ -337,17 +337,8 @@ def _schedule(low, cfg, target, relower, decided):
 
 
 def _streams(low, cfg, target) -> bool:
-    try:
-        from ..targets import backend_for
-        backend = backend_for(target)
-        if hasattr(backend, "streams"):
-            return bool(backend.streams(low, cfg, target))
-    except ImportError:
-        pass
-    from ..schedule.stream import stream_candidates
-    params = inspect.signature(stream_candidates).parameters
-    got = stream_candidates(low, cfg, target) if len(params) >= 3 else stream_candidates(low, cfg)
-    return bool(got[0])
+    from ..targets import backend_for
+    return bool(backend_for(target).streams(low, cfg, target))
 
 
 def _prepare(mod, low, cfg, target):
@@ -358,10 +349,5 @@ def _prepare(mod, low, cfg, target):
     (gv, func), = mod.functions_items()
     func, params = stack_outputs(func, low.params, low.output_stacks, low.index_dtype)
     mod, passed = mod.__class__({gv: func}), replace(low, func=func, params=params)
-    try:
-        from ..targets import backend_for
-        return backend_for(target).prepare(mod, passed, cfg, target)[0]
-    except ImportError:
-        from ..schedule.stream import mark_prefetch, mark_stream_outputs
-        mod, _ = mark_stream_outputs(mod, passed, cfg)
-        return mark_prefetch(mod, cfg)[0]
+    from ..targets import backend_for
+    return backend_for(target).prepare(mod, passed, cfg, target)[0]

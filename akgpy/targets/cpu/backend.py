@@ -11,7 +11,7 @@ from ...schedule.config import ScheduleConfig
 from ...target import Target
 from ..backend import Backend
 from . import defaults, llvm
-from ...schedule.stream import mark_prefetch, mark_stream_outputs, stream_candidates
+from .stream import mark_prefetch, mark_stream_outputs, stream_candidates
 
 
 class CpuBackend(Backend):

@@ -6,7 +6,7 @@ from ...schedule.config import ScheduleConfig
 from ...target import Target
 
 PREFETCH_BYTES = 2048
-# chain_registers where float16 ops run natively (AVX512-FP16, targets/native_fp16.py): no
+# chain_registers where float16 ops run natively (AVX512-FP16, native_fp16.py): no
 # conversion pairs left to hide, and 8 float32 registers per tanh polynomial spilled. bert
 # GELU ~0750 2.88 -> 2.63 ms at 2, ~4253 3.12 -> 2.97, other float16 graphs within 2%
 # (2 threads, kernel alone, interleaved)

@@ -7,9 +7,10 @@ import re
 import tvm
 
 from ...errors import CompileError
-from ...schedule.stream import LATENCY_ATTR
+from ...schedule.attrs import LATENCY_ATTR
 from ...target import Target
-from .. import half_round_trips, native_fp16, stream_stores, tir_pipeline
+from .. import half_round_trips
+from . import native_fp16, stream_stores, tir_pipeline
 
 
 def has_fp16_arithmetic(target: Target) -> bool:
@@ -19,7 +20,7 @@ def has_fp16_arithmetic(target: Target) -> bool:
 # LLVM's machine scheduler holds back independent work that would raise register pressure. With
 # the 16 vector registers of x86 without AVX-512 that keeps a chain of float16 roundings (each a
 # vcvtps2ph/vcvtph2ps pair, several lanes' registers side by side) nearly serial: kernels the
-# schedule marks so (schedule/stream.LATENCY_ATTR) are scheduled for parallelism instead. Zen 3,
+# schedule marks so (schedule/attrs.LATENCY_ATTR) are scheduled for parallelism instead. Zen 3,
 # 2 threads, kernel alone, interleaved, 11 runs: bert's three float16 GELU graphs 0.78-0.80x
 # (~8645 6.36 -> 4.97 ms, ~0750 9.40 -> 7.51). Not for float32 vector math: yolo's softplus
 # losses 0.87-1.11x, the sigmoid cross-entropy gradients 0.99-1.15x (41 corpus graphs with exp,

@@ -6,7 +6,7 @@ whole lines straight to memory. On this host (2 threads, float16 -> float32 cast
 elements) the kernel went from 6.4-7.5 ms to 4.9-5.0 ms; a C triad 29 -> 39 GB/s.
 
 TVM has no TIR form for such a store, and vector stores exist only after its lowering, so this
-runs as one more pass at the end of TVM's pipeline (`targets/tir_pipeline.py`). A
+runs as one more pass at the end of TVM's pipeline (`targets/cpu/tir_pipeline.py`). A
 vector store into an output the schedule marked (`ATTR`) qualifies when it writes whole cache
 lines: a multiple of 64 bytes, at an offset the loop variables' coefficients prove 64-byte
 aligned (the marked outputs are 64-byte aligned: `te/abi.py`; in-place targets are never marked). A 16- or
@@ -21,7 +21,7 @@ A qualifying store becomes a call to a small LLVM IR function imported into the 
 `pragma_import_llvm`; LLVM links it in before optimising and inlines it (`alwaysinline`).
 
 Before that, a load of an output right after a store of the same vector takes the stored
-expression (`_forward`): an output also used by a later statement would otherwise be read
+expression (`forward_stored`): an output also used by a later statement would otherwise be read
 back from memory right after it was streamed past the cache.
 
 Ordering: non-temporal stores are weakly ordered, so the calling thread runs `sfence` after
@@ -37,11 +37,10 @@ from __future__ import annotations
 import tvm
 import tvm_ffi
 from tvm import ir, tirx
-from tvm.sym import detect_linear_equation
 
-from ..dtypes import vector_parts
-from ..schedule.stream import ATTR, SHARE_ATTR, STREAM_SHARE, WHOLE_ATTR
-from .rewrite import let_values
+from ...dtypes import vector_parts
+from ..rewrite import inline_lets, is_one, let_values, linear_coefficients
+from .stream import ATTR, SHARE_ATTR, STREAM_SHARE, WHOLE_ATTR
 
 LINE = 64
 
@@ -64,22 +63,13 @@ def _whole_lines(base, vec, loops) -> bool:
     """Whether a vector of whole cache lines at element offset `base` starts on a line: the
     coefficients of the enclosing loops' variables and the constant are all multiples of one."""
     _, lanes, size = vec
-    got = _linear(base, loops)
+    got = linear_coefficients(base, loops)
     return got is not None and all(c % (LINE // (size // lanes)) == 0 for c in got)
 
 
-def _linear(base, loops) -> tuple[int, ...] | None:
-    """Integer coefficients of the loop variables in `base`, then its constant; None when not
-    linear in them with constant coefficients."""
-    got = detect_linear_equation(base, [v for v, _ in loops])
-    if len(got) != len(loops) + 1 or not all(isinstance(c, tirx.IntImm) for c in got):
-        return None
-    return tuple(int(c.value) for c in got)
-
-
 def _runs(stores, loops) -> set[tuple[str, tuple[int, ...]]]:
-    """The part-line stores (buffer, then coefficients and constant: `_linear`) of the innermost loop that
-    write consecutive vectors: per buffer and coefficients, offsets c, c + lanes, ... that
+    """The part-line stores (buffer, then coefficients and constant: `linear_coefficients`) of
+    the innermost loop that write consecutive vectors: per buffer and coefficients, offsets c, c + lanes, ... that
     together cover the loop's step, so the loop writes one contiguous range, starting on a line
     and of whole lines. One store per iteration is the common case; a transposed tile writes
     its contiguous output block as several (yolo's [1024, 3, 3, 512] -> [1024, 512, 3, 3]
@@ -88,7 +78,7 @@ def _runs(stores, loops) -> set[tuple[str, tuple[int, ...]]]:
         return set()
     extent, groups = int(loops[-1][1].value), {}
     for buf, vec, base in stores:
-        got = _linear(base, loops)
+        got = linear_coefficients(base, loops)
         if got is not None and vec[2] < LINE:
             groups.setdefault((buf, vec, got[:-1]), []).append(got)
     out = set()
@@ -176,7 +166,7 @@ def stream_func(func):
     if ATTR not in attrs:
         return func
     owner = {str(k): (str(v[0]), int(v[1])) for k, v in attrs[ATTR].items()}  # data name -> output
-    body = _forward(func.body, owner)
+    body = forward_stored(func.body, owner)
     loaded = set()
     tvm_ffi.structural_walk(body, [(ir.TensorLoad, lambda ld: loaded.add(owner.get(str(ld.source.data))))])
     lets = let_values(body)
@@ -185,14 +175,14 @@ def stream_func(func):
     whole_only = bool(attrs.get(WHOLE_ATTR, False))
 
     def qualifies(st, vec) -> bool:
-        base = _inline(st.indices[0].base, lets)
+        base = inline_lets(st.indices[0].base, lets)
         if vec[2] >= LINE:
             return _whole_lines(base, vec, loops)
         if not runs or whole_only:
             return False
         if runs[-1][1] is None:
             runs[-1][1] = _runs(_part_line_stores(runs[-1][0], owner, lets), loops)
-        return (str(st.buffer.data), _linear(base, loops)) in runs[-1][1]
+        return (str(st.buffer.data), linear_coefficients(base, loops)) in runs[-1][1]
 
     def on_store(st, mut):
         out = owner.get(str(st.buffer.data))
@@ -237,7 +227,7 @@ def _part_line_stores(body, owner: dict, lets: dict) -> list:
 
     def on_store(st):
         if (vec := _contiguous(st, owner)) is not None:
-            out.append((str(st.buffer.data), vec, _inline(st.indices[0].base, lets)))
+            out.append((str(st.buffer.data), vec, inline_lets(st.indices[0].base, lets)))
     tvm_ffi.structural_walk(body, [(tirx.For, nested.append), (tirx.IfThenElse, nested.append),
                                    (tirx.BufferStore, on_store)])
     return [] if nested else out
@@ -247,23 +237,12 @@ def _contiguous(st, owner: dict):
     """The `_vector` of a store of consecutive elements into a marked output, else None."""
     idx = list(st.indices)
     if (str(st.buffer.data) not in owner or len(idx) != 1 or not isinstance(idx[0], tirx.Ramp)
-            or not _is_one(idx[0].stride)):
+            or not is_one(idx[0].stride)):
         return None
     return _vector(st.value.ty)
 
 
-def _inline(expr, lets: dict, depth: int = 4):
-    """`expr` with let-bound variables (TVM's common-subexpression temporaries) replaced by
-    their values, so that its dependence on the loop variables shows."""
-    for _ in range(depth):
-        new = tvm_ffi.structural_mutate(expr, [(tirx.Var, lambda v, mut: lets.get(v, v))])
-        if new.same_as(expr):
-            break
-        expr = new
-    return expr
-
-
-def _forward(body, owner: dict):
+def forward_stored(body, owner: dict):
     """Loads of an output right after a store of the same vector in the same statement list
     take the stored expression instead. A kernel that writes an intermediate out and also uses
     it (dropout's mask, both an output and a factor) would otherwise read back each line it just
@@ -345,7 +324,3 @@ def _touched(st, owner: dict) -> tuple[set, set]:
                                  (tirx.BufferStore, lambda s: writes.add(owner.get(str(s.buffer.data),
                                                                                   str(s.buffer.data))))])
     return reads, writes
-
-
-def _is_one(x) -> bool:
-    return isinstance(x, tirx.IntImm) and int(x.value) == 1

@@ -1,5 +1,6 @@
-"""akgpy's TIR pipelines: TVM's default lowering, then akgpy's passes over the vectorised code
-(they need vector loads and stores, which exist only after TVM's lowering).
+"""akgpy's TIR pipelines for CPU targets: TVM's default lowering, then akgpy's passes over the
+vectorised code (they need vector loads and stores, which exist only after TVM's lowering):
+the target-generic ones of targets/ and the CPU ones of targets/cpu/.
 
     akgpy          + broadcast operands' vector loads as a load and a shuffle (vector_loads),
                    float64 sums of float16 terms in float32 runs of up to 8 (sum_runs),
@@ -19,15 +20,15 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from .bool_casts import bool_casts
-from .nan_extrema import nan_extrema
-from .lane_sums import lane_sums
+from ..bool_casts import bool_casts
+from ..lane_sums import lane_sums
+from ..nan_extrema import nan_extrema
+from ..split_accumulators import split_func
+from ..sum_runs import sum_runs
+from ..vector_loads import shuffle_loads
 from .prefetch import prefetch_func
-from .split_accumulators import split_func
 from .stack_scratch import stack_scratch
 from .stream_stores import stream_func
-from .sum_runs import sum_runs
-from .vector_loads import shuffle_loads
 
 PLAIN, STREAM = "akgpy", "akgpy-stream"
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from tvm import ir, tirx
 
-from .rewrite import rewrite_each
+from ..rewrite import rewrite_each
 
 # the most bytes a workspace allocation may hold to move to the stack: TVM's worker threads
 # run with the default 8 MiB thread stack, and a kernel declares a few such buffers at most

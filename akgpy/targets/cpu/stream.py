@@ -1,7 +1,7 @@
 """Which outputs a kernel writes with streaming (non-temporal) stores, and how far ahead it
-prefetches its reads: schedule decisions, realised by the LLVM target
-(akgpy/targets/stream_stores.py, akgpy/targets/prefetch.py). The hints' PrimFunc attribute names
-live here, with `LATENCY_ATTR` (a kernel of float16 rounding chains, targets/llvm.py).
+prefetches its reads: CPU decisions the backend marks in `prepare` (targets/cpu/backend.py),
+realised by the CPU TIR passes (targets/cpu/stream_stores.py, targets/cpu/prefetch.py). The
+marks' PrimFunc attribute names live here.
 
 Streaming pays when the output would not stay in cache for its next reader anyway: the kernel
 moves at least `ScheduleConfig.stream_min_bytes` (default: twice the host's last-level cache,
@@ -9,7 +9,7 @@ or a CPU's measured threshold: a VM guest keeps little of a large shared L3),
 and the output itself is at least `MIN_OUTPUT` (a few stores into a small output gain nothing).
 A kernel whose data fits in cache keeps plain stores: its output is still cached for the next
 kernel. Whether a kernel that writes more bytes than it reads streams depends on the CPU
-(`ScheduleConfig.stream_write_heavy`, `config.STREAM_POLICY_BY_CPU`): on a Xeon VM the
+(`ScheduleConfig.stream_write_heavy`, `defaults.STREAM_POLICY_BY_CPU`): on a Xeon VM the
 dropout ~6619 (writes 1.3x its reads) ran 12-14% slower with streamed outputs at either vector
 width, and the cast ~3234 (2x) gained only 4-7%; on AMD Zen 5 both ran 35-40% faster.
 Measured with a threshold of one LLC, bert's layernorm ~3896 (47 MB, LLC 32 MiB) went
@@ -19,7 +19,7 @@ slower and seven got 13-29% faster. Where the CPU's policy asks for it
 (`ScheduleConfig.stream_read_heavy_min_bytes`), a kernel that reads at least what it writes
 streams from one LLC, below `stream_min_bytes` only its stores of whole lines (`WHOLE_ATTR`):
 on Zen 4 the read-heavy corpus kernels moving 1-2 LLCs ran 0.85x (geomean of 56), where half-line
-float16 stores streamed too one ran 3.7x slower (config.STREAM_READ_HEAVY_LLCS_BY_CPU).
+float16 stores streamed too one ran 3.7x slower (defaults.STREAM_READ_HEAVY_LLCS_BY_CPU).
 """
 from __future__ import annotations
 
@@ -28,21 +28,20 @@ from math import prod
 import tvm_ffi
 from tvm import tirx
 
-from ..dtypes import to_numpy
-from ..te.abi import OUTPUT_ALIGN
-from ..te.lower import Lowered
-from .config import ScheduleConfig
+from ...dtypes import to_numpy
+from ...schedule.config import ScheduleConfig
+from ...te.abi import OUTPUT_ALIGN
+from ...te.lower import Lowered
 
 ATTR = "akgpy.stream_outputs"  # PrimFunc attr: {buffer data name: [output tensor, bytes]}
 PREFETCH_ATTR = "akgpy.prefetch_bytes"  # PrimFunc attr: software prefetch distance in bytes
 SHARE_ATTR = "akgpy.stream_share"  # PrimFunc attr: ScheduleConfig.stream_share
 WHOLE_ATTR = "akgpy.stream_whole_lines"  # PrimFunc attr: only vector stores of whole lines stream
-LATENCY_ATTR = "akgpy.latency_bound"  # PrimFunc attr: arithmetic chains bound by latency (targets/llvm.py)
 MIN_OUTPUT = 1 << 20
 # By default stream only when (nearly) all output bytes can: on a Xeon VM a kernel mixing
 # streamed and cached output lines ran slower than with plain stores alone (dropout ~6619,
 # measured while its float16 half-line stores could not stream: streaming the float32 half cost
-# 5%). A function marked without SHARE_ATTR uses this; per CPU: config.STREAM_POLICY_BY_CPU.
+# 5%). A function marked without SHARE_ATTR uses this; per CPU: defaults.STREAM_POLICY_BY_CPU.
 STREAM_SHARE = ScheduleConfig.stream_share
 
 
@@ -107,10 +106,10 @@ def mark_stream_outputs(mod, low: Lowered, cfg: ScheduleConfig):
 
 def mark_prefetch(mod, cfg: ScheduleConfig):
     """(mod asking code generation for software prefetch `cfg.prefetch_bytes` ahead, a note for
-    explain). A hint to the target (akgpy/targets/prefetch.py), like the streaming stores."""
+    explain). A hint to code generation (targets/cpu/prefetch.py), like the streaming stores."""
     if not cfg.prefetch_bytes:
         return mod, "software prefetch: none (off)"
     mod = mod.__class__({gv: f.with_attr(PREFETCH_ATTR, cfg.prefetch_bytes) for gv, f in mod.functions_items()})
     return mod, (f"software prefetch: {cfg.prefetch_bytes} bytes ahead of each stride-1 vector read of a "
                  "kernel argument, along the innermost loop that moves it, where code generation finds "
-                 "one that qualifies (akgpy/targets/prefetch.py)")
+                 "one that qualifies (targets/cpu/prefetch.py)")

@@ -19,32 +19,13 @@ the target has it (`llvm.build`).
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
-from tvm import ir, tirx
+from tvm import tirx
 
-from .rewrite import rewrite_each
+from ..half_round_trips import holds_in_half
+from ..rewrite import FENCE, fence_id, rewrite_each, unfenced
 
-_FENCE = "llvm.arithmetic.fence"
 _OPS = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div)
-
-
-@functools.cache
-def fence_id() -> int:
-    return int(tirx.call_llvm_pure_intrin("float32", _FENCE, tirx.FloatImm("float32", 0.0)).args[0].value)
-
-
-def unfenced(x, fid: int):
-    if isinstance(x, ir.Call) and x.op.name == "tirx.call_llvm_pure_intrin" and int(x.args[0].value) == fid:
-        return x.args[-1]
-    return x
-
-
-def holds_in_half(v: float) -> bool:
-    """Is v a float16 value (inf and NaN included)?"""
-    with np.errstate(over="ignore"):  # beyond 65504 it becomes inf: not held, unless v is inf
-        return bool(np.isnan(v) or float(np.float16(v)) == v)
 
 
 def _half(x):
@@ -72,6 +53,6 @@ def native_fp16(func):
         a, b = _half(op.a), _half(op.b)
         if a is None or b is None:
             return None
-        return tirx.call_llvm_pure_intrin("float16", _FENCE, type(op)(a, b))
+        return tirx.call_llvm_pure_intrin("float16", FENCE, type(op)(a, b))
 
     return rewrite_each(func, tirx.Cast, to_half, inner_first=True)

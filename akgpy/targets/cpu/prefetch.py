@@ -51,7 +51,7 @@ cache is first read for ownership, and a loop heavy in arithmetic keeps few of t
 flight just as it does loads. Bert's GELU backward ~0750 writes its float16 output for a later
 loop nest to sum down its columns, so it cannot stream: kernel alone, LLC flushed between calls,
 interleaved, 0.90-0.92x. Not for copies (nothing to hide a miss behind), nor for an output that
-may stream (marked and, once targets/stream_stores.py forwards the reads of just-stored
+may stream (marked and, once targets/cpu/stream_stores.py forwards the reads of just-stored
 vectors, read by no loop of the kernel): its prefetch would count as a read back and stop it.
 
 Prefetch is a hint: an address past an array's end does not fault (x86 PREFETCHh, AArch64
@@ -67,11 +67,10 @@ import tvm
 import tvm_ffi
 from tvm import ir, tirx
 
-from ..schedule.stream import ATTR as STREAM_ATTR
-from ..schedule.stream import PREFETCH_ATTR as ATTR
-from .rewrite import let_values
-from .stream_stores import _forward, _inline, _is_one, _linear
-from .vector_loads import _lanes
+from ..rewrite import inline_lets, is_one, lanes, let_values, linear_coefficients
+from .stream import ATTR as STREAM_ATTR
+from .stream import PREFETCH_ATTR as ATTR
+from .stream_stores import forward_stored
 
 LINE = 64
 MAX_LINES = 8  # per load: a register chain of 128 float16 lanes spans 4 lines
@@ -181,13 +180,13 @@ def prefetch_func(func):
 
     local, lets = set(), let_values(func.body)
     tvm_ffi.structural_walk(func.body, [(tirx.AllocBuffer, lambda a: local.add(named(a.buffer)))])
-    # outputs that may stream (targets/stream_stores.py; a prefetch would read them back into the
+    # outputs that may stream (stream_stores.py; a prefetch would read them back into the
     # cache and stop it): those marked and not read by the function once stream_stores has
     # forwarded the reads of just-stored vectors
     owner = {str(k): str(v[0]) for k, v in (func.attrs or {}).get(STREAM_ATTR, {}).items()}
     loaded: set = set()
     if owner:
-        tvm_ffi.structural_walk(_forward(func.body, owner),
+        tvm_ffi.structural_walk(forward_stored(func.body, owner),
                                 [(ir.TensorLoad, lambda ld: loaded.add(owner.get(str(ld.source.data))))])
     streams = {k for k, out in owner.items() if out not in loaded}
     written: set = set()  # arguments the current outermost loop nest writes: read back from cache
@@ -200,10 +199,10 @@ def prefetch_func(func):
         to a kernel argument not in `skip`, else None."""
         idx, name = list(indices), named(buf)
         # the stream marks (`streams`) name the buffer's own data
-        if (len(idx) != 1 or not isinstance(idx[0], tirx.Ramp) or not _is_one(idx[0].stride)
+        if (len(idx) != 1 or not isinstance(idx[0], tirx.Ramp) or not is_one(idx[0].stride)
                 or name in local or name in skip or str(buf.data) in skip):
             return None
-        return name, _linear(_inline(idx[0].base, lets), loops)
+        return name, linear_coefficients(inline_lets(idx[0].base, lets), loops)
 
     def prefetches(buf, ramp, name, got, group, copy, via_let, rw=0) -> list:
         """The prefetches (rw 0: read, 1: write) serving the access `buf[ramp]`."""
@@ -222,7 +221,7 @@ def prefetch_func(func):
         # iterations ahead: the distance over the new bytes each iteration reads (a strided walk
         # reads one vector's lines per step however far apart the steps are; `group` loads that
         # move together, a run of rows summed in one step (sum_runs), read as many)
-        fresh = min(abs(coef) * el, group * max(LINE, _lanes(ramp.ty) * el))
+        fresh = min(abs(coef) * el, group * max(LINE, lanes(ramp.ty) * el))
         ahead = coef * max(1, math.ceil(distance / fresh))
         jump = _next_run(got, loops, el, group, distance) if copy else None
         if jump is not None:
@@ -233,7 +232,7 @@ def prefetch_func(func):
             return []
         per_line = max(1, LINE // el)
         out = []
-        for m in range(min(MAX_LINES, math.ceil(_lanes(ramp.ty) * el / LINE))):
+        for m in range(min(MAX_LINES, math.ceil(lanes(ramp.ty) * el / LINE))):
             key = (name, got[:-1], (got[-1] + ahead) // per_line + m)
             if key in frames[-1].lines:
                 continue

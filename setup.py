@@ -15,7 +15,7 @@ setup(
         "onnx": ["onnx>=1.16"],
         "torch": ["torch"],
         "distributed": ["ray>=2.9"],  # akgpy-tune --ray
-        "tune": ["optuna>=3.4"],  # search="tpe" (tune/search.py); search="random" needs nothing
+        "tune": ["lightgbm>=4.0", "optuna>=3.4"],  # search="model" (default) / "tpe" (tune/search.py); "random" needs nothing
         "cli": ["rich>=13", "matplotlib>=3.7"],  # akgpy-tune's progress bar and report plots (optional)
     },
     entry_points={"console_scripts": ["akgpy-tune = akgpy.tune.cli:main"]},

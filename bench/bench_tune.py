@@ -1,11 +1,19 @@
-"""Tuning bench (issue 49 s4): per graph of the bench set, the default's time against the tuned
-one, tuning wall time, and each searcher's best time within `--trials` over `--seeds` seeds
-(geomean over seeds), with the trials each needed to reach 95% of the best it found.
+"""Tuning bench (issue 49 s4): searchers compared on recorded pools, and live tuning runs.
 
-    python -m bench.bench_tune [--set ../shared/bench/bench_set.txt] [--only SUBSTR] [--limit N]
-        [--trials 64] [--seeds 3] [--search tpe,random] [--workers 2] [--json out.jsonl]
+    # 1. measure a candidate pool per graph once (the default + POOL points), append to JSONL
+    python -m bench.bench_tune pool --pool 256 --graphs 3,10,16 --jsonl bench/results/tune_pools.jsonl
+    # 2. replay every searcher x seed on the recorded pools (no machine needed), write the table
+    python -m bench.bench_tune replay --jsonl bench/results/tune_pools.jsonl --trials 64 --seeds 5 \\
+        --md bench/results/tune.md
+    # 3. live: tune each graph (default searcher, 64 trials), default vs tuned, wall time
+    python -m bench.bench_tune live --graphs all --jsonl bench/results/tune_live.jsonl [--export schedules/]
 
-Every run tunes from scratch (cache=False) on this machine; run it on a quiet host.
+`--graphs` takes indices into bench/bench_set.txt (0-based, comma separated) or `all`; every
+mode resumes: a graph whose structural hash is already in the JSONL is skipped. Tuning runs
+from scratch (cache=False) on this machine.
+
+A pool replay is exact: each searcher chooses from the same recorded points, so "best within
+64 trials" and "trials to reach 95% of the pool's best" need no further measurement.
 """
 from __future__ import annotations
 
@@ -16,32 +24,18 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SET = HERE.parent.parent / "shared" / "bench" / "bench_set.txt"
+SET = HERE / "bench_set.txt"
 
 
-def load_set(path: Path) -> list[Path]:
+def load_set(path: Path = SET) -> list[tuple[Path, str]]:
+    """(graph path, pattern) per line of the bench set."""
     corpus = path.parent.parent / "corpus"
     out = []
     for line in path.read_text().splitlines():
-        rel = line.partition("#")[0].strip()
-        if rel:
-            out.append(corpus / rel)
+        rel, _, note = line.partition("#")
+        if rel.strip():
+            out.append((corpus / rel.strip(), note.strip().split(",")[0]))
     return out
-
-
-def trials_to(history, fraction: float = 0.95) -> int | None:
-    """Trials until the running best is within `fraction` of the final best (time <= best / fraction)."""
-    ok = [t for t in history if t.status == "ok"]
-    if not ok:
-        return None
-    best = min(t.time_s for t in ok)
-    run = math.inf
-    for n, t in enumerate((t for t in history if t.status != "illegal"), 1):
-        if t.status == "ok":
-            run = min(run, t.time_s)
-        if run <= best / fraction:
-            return n
-    return None
 
 
 def gmean(xs):
@@ -49,73 +43,209 @@ def gmean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--set", type=Path, default=SET)
-    ap.add_argument("--only", default="")
-    ap.add_argument("--limit", type=int, default=0)
-    ap.add_argument("--trials", type=int, default=64)
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--search", default="tpe,random")
-    ap.add_argument("--workers", type=int, default=None)
-    ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args(argv)
+def _done(jsonl: Path) -> set[str]:
+    if not jsonl.exists():
+        return set()
+    return {json.loads(line)["hash"] for line in jsonl.read_text().splitlines() if line.strip()}
 
+
+def _pick(graphs: str) -> list[tuple[Path, str]]:
+    rows = load_set()
+    if graphs == "all":
+        return rows
+    return [rows[int(i)] for i in graphs.split(",")]
+
+
+def _status(t) -> str | float | None:
+    if t.status == "illegal":
+        return "illegal"
+    return t.time_s if t.status == "ok" else None
+
+
+def cmd_pool(args) -> int:
+    """Measure the default and `--pool` candidates of each graph (random search over exactly
+    that pool: every point once), one JSONL row per graph."""
     from akgpy import load_composite
     from akgpy.tune.executor import LocalExecutor
     from akgpy.tune.tuner import tune
 
-    paths = [p for p in load_set(args.set) if args.only in p.name]
-    if args.limit:
-        paths = paths[:args.limit]
-    searches = args.search.split(",")
-    rows = []
+    done = _done(args.jsonl)
     with LocalExecutor(args.workers) as ex:
-        for path in paths:
+        for path, pattern in _pick(args.graphs):
             g = load_composite(path)
-            row = {"graph": path.name[:60], "hash": g.hash()[:12], "runs": {}}
-            for search in searches:
-                for seed in range(args.seeds):
-                    t = time.monotonic()
-                    r = tune(g, trials=args.trials, search=search, seed=seed, cache=False, executor=ex,
-                             workers=args.workers)
-                    row["runs"].setdefault(search, []).append({
-                        "seed": seed, "best_s": r.best_time_s, "default_s": r.default_time_s,
-                        "best_searched_s": min(x.time_s for x in r.trials if x.status == "ok"),
-                        "wall_s": time.monotonic() - t, "to95": trials_to(r.trials),
-                        "failed": sum(x.status not in ("ok", "illegal") for x in r.trials),
-                        "illegal": sum(x.status == "illegal" for x in r.trials)})
-            rows.append(row)
-            print(render_row(row), flush=True)
-            if args.json:
-                with args.json.open("a") as f:
-                    f.write(json.dumps(row) + "\n")
-    print(summary(rows, searches))
+            if g.hash() in done:
+                continue
+            t0 = time.monotonic()
+            box = {}
+
+            def progress(trial, result, box=box):
+                box["n"] = trial.index
+            r = tune(g, trials=args.pool + 1, search="random", seed=0, cache=False, executor=ex,
+                     workers=args.workers, pool_size=args.pool, progress=progress)
+            dims = [[d.name, _jsonish(list(d.values))] for d in r.dimensions]
+            idx = {d[0]: {repr(v): i for i, v in enumerate(d[1])} for d in dims}
+
+            def enc(point):
+                return [idx[n][repr(_jsonish(point[n]))] for n, _ in dims]
+            row = {"graph": path.name[:70], "pattern": pattern, "hash": g.hash(), "pool": args.pool,
+                   "dims": dims, "wall_s": time.monotonic() - t0,
+                   "default_retimed_s": r.default_time_s,
+                   "points": [[enc(t.point), _status(t)] for t in r.trials]}
+            with args.jsonl.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            ok = [t.time_s for t in r.trials if t.status == "ok"]
+            print(f"{pattern:12s} {len(r.trials)} points, default {r.trials[0].time_s * 1e3:.3f} ms, "
+                  f"best {min(ok) * 1e3:.3f} ms, {row['wall_s']:.0f} s", flush=True)
     return 0
 
 
-def render_row(row) -> str:
-    parts = [row["graph"][:40]]
-    for search, runs in row["runs"].items():
-        speed = gmean([r["default_s"] / r["best_s"] for r in runs if r["best_s"] and r["default_s"]])
-        parts.append(f"{search}: best {gmean([r['best_searched_s'] for r in runs]) * 1e3:.3f} ms, "
-                     f"x{speed:.3f} vs default, {gmean([r['wall_s'] for r in runs]):.0f} s, "
-                     f"to95 {[r['to95'] for r in runs]}, failed {[r['failed'] for r in runs]}")
-    return " | ".join(parts)
+def _jsonish(v):
+    """A dimension value as JSON gives it back (tuples become lists)."""
+    return json.loads(json.dumps(v))
 
 
-def summary(rows, searches) -> str:
-    out = []
-    for s in searches:
-        speed = gmean([r["default_s"] / r["best_s"] for row in rows for r in row["runs"][s]
-                       if r["best_s"] and r["default_s"]])
-        out.append(f"{s}: tuned/default geomean x{speed:.3f}" if speed else f"{s}: no result")
-    if len(searches) == 2:
-        a, b = searches
-        ratio = gmean([gmean([r["best_searched_s"] for r in row["runs"][b]]) /
-                       gmean([r["best_searched_s"] for r in row["runs"][a]]) for row in rows])
-        out.append(f"{a} vs {b}: best-found geomean ratio {b}/{a} = {ratio:.3f} (>1: {a} found faster kernels)")
-    return "\n".join(out)
+def replay_graph(row: dict, searchers, trials: int, seeds: int) -> dict:
+    """Every searcher x seed replayed on one recorded pool."""
+    from akgpy.tune.search import candidate_pool, point_key, replay
+    dims = [(n, vals) for n, vals in row["dims"]]
+    names = [n for n, _ in row["dims"]]
+
+    def dec(ix):
+        return {n: row["dims"][k][1][i] for k, (n, i) in enumerate(zip(names, ix))}
+    table = {point_key(dec(ix)): r for ix, r in row["points"]}
+    pool = [p for p in candidate_pool(dims, row["pool"], 0)]
+    missing = [p for p in pool if point_key(p) not in table]
+    if missing:
+        raise SystemExit(f"{row['graph']}: {len(missing)} pool points were not recorded (space changed?)")
+    ok = [r for r in table.values() if isinstance(r, float)]
+    best, default = min(ok), table[point_key(dec(row["points"][0][0]))]
+    out = {"graph": row["graph"], "pattern": row["pattern"], "hash": row["hash"], "pool_best_s": best,
+           "default_s": default, "points": len(table), "failed": sum(r is None for r in table.values()),
+           "illegal": sum(r == "illegal" for r in table.values()), "pool_wall_s": row["wall_s"], "runs": {}}
+    for name in searchers:
+        runs = []
+        for seed in range(seeds):
+            got = replay(name, dims, table, trials, seed, pool=pool)
+            times = [t for _, t in got if isinstance(t, float)]
+            run, to95 = math.inf, None
+            for n, (_, t) in enumerate(got, 1):
+                run = min(run, t) if isinstance(t, float) else run
+                if to95 is None and run <= best / 0.95:
+                    to95 = n
+            runs.append({"seed": seed, "best_s": min(times), "to95": to95, "trials": len(got)})
+        out["runs"][name] = runs
+    return out
+
+
+def cmd_replay(args) -> int:
+    rows = [json.loads(line) for line in args.jsonl.read_text().splitlines() if line.strip()]
+    searchers = args.search.split(",")
+    res = [replay_graph(r, searchers, args.trials, args.seeds) for r in rows]
+    text = render(res, searchers, args.trials, args.seeds)
+    print(text)
+    if args.md:
+        args.md.write_text(text)
+    if args.out:
+        args.out.write_text("".join(json.dumps(r) + "\n" for r in res))
+    return 0
+
+
+def render(res, searchers, trials, seeds) -> str:
+    lines = [f"Replay on recorded pools: best time within {trials} trials (default = trial 0) over "
+             f"{seeds} seeds, as a ratio to the pool's best (1.000 = found it); to95 = trials until within "
+             "95% of the pool's best (- = not within the budget).", "",
+             "| graph | pattern | points (failed, illegal) | default / pool best | " +
+             " | ".join(f"{s}: best/pool-best (geomean) | {s}: to95 per seed" for s in searchers) + " |",
+             "|---|---|---|---|" + "---|---|" * len(searchers)]
+    for r in res:
+        cells = [r["graph"][:40], r["pattern"], f"{r['points']} ({r['failed']}, {r['illegal']})",
+                 f"{r['default_s'] / r['pool_best_s']:.3f}" if isinstance(r["default_s"], float) else "failed"]
+        for s in searchers:
+            runs = r["runs"][s]
+            cells.append(f"{gmean([x['best_s'] / r['pool_best_s'] for x in runs]):.3f}")
+            cells.append(" ".join(str(x["to95"] or "-") for x in runs))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    for s in searchers:
+        g = gmean([gmean([x["best_s"] / r["pool_best_s"] for x in r["runs"][s]]) for r in res])
+        reach = sum(all(x["to95"] for x in r["runs"][s]) for r in res)
+        speed = gmean([r["default_s"] / gmean([x["best_s"] for x in r["runs"][s]]) for r in res
+                       if isinstance(r["default_s"], float)])
+        lines.append(f"- {s}: best-within-{trials} / pool best geomean {g:.4f}; default / best-within-{trials} "
+                     f"geomean x{speed:.3f}; within 95% of the pool's best in every seed on {reach}/{len(res)} graphs")
+    if "random" in searchers:
+        for s in searchers:
+            if s != "random":
+                ratio = gmean([gmean([x["best_s"] for x in r["runs"]["random"]]) /
+                               gmean([x["best_s"] for x in r["runs"][s]]) for r in res])
+                lines.append(f"- {s} vs random: geomean of random's best / {s}'s best = {ratio:.4f} "
+                             f"(> 1: {s} finds faster kernels at equal trials)")
+    return "\n".join(lines) + "\n"
+
+
+def cmd_live(args) -> int:
+    """tune() each graph with the default searcher; default vs tuned, wall time; optionally the
+    winners exported as shipped schedule records."""
+    from akgpy import load_composite
+    from akgpy.tune.executor import LocalExecutor
+    from akgpy.tune.tuner import tune
+
+    done = _done(args.jsonl)
+    with LocalExecutor(args.workers) as ex:
+        for path, pattern in _pick(args.graphs):
+            g = load_composite(path)
+            if g.hash() in done:
+                continue
+            t0 = time.monotonic()
+            r = tune(g, trials=args.trials, search=args.search, seed=0, cache=False, executor=ex,
+                     workers=args.workers)
+            row = {"graph": path.name[:70], "pattern": pattern, "hash": g.hash(), "search": args.search,
+                   "trials": len(r.trials), "default_s": r.default_time_s, "best_s": r.best_time_s,
+                   "speedup": r.speedup, "wall_s": time.monotonic() - t0,
+                   "failed": sum(t.status not in ("ok", "illegal") for t in r.trials),
+                   "illegal": sum(t.status == "illegal" for t in r.trials),
+                   "config": r.trials[r.best_trial].config, "best_trial": r.best_trial}
+            with args.jsonl.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            if args.export:
+                export(args.export, g, r)
+            print(f"{pattern:12s} default {r.default_time_s * 1e3:.3f} ms, tuned {r.best_time_s * 1e3:.3f} ms, "
+                  f"x{r.speedup:.3f}, {row['wall_s']:.0f} s", flush=True)
+    return 0
+
+
+def export(directory: Path, g, r) -> Path | None:
+    """The winner as a shipped schedule record (only where it beats the default)."""
+    from akgpy.tune import schedules
+    if r.best_trial == 0:
+        return None
+    return schedules.write(directory, schedules.from_result(g, r))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("pool")
+    p.add_argument("--pool", type=int, default=256)
+    p.add_argument("--graphs", default="all")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--jsonl", type=Path, required=True)
+    p = sub.add_parser("replay")
+    p.add_argument("--jsonl", type=Path, required=True)
+    p.add_argument("--trials", type=int, default=64)
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--search", default="model,tpe,random")
+    p.add_argument("--md", type=Path)
+    p.add_argument("--out", type=Path)
+    p = sub.add_parser("live")
+    p.add_argument("--graphs", default="all")
+    p.add_argument("--trials", type=int, default=64)
+    p.add_argument("--search", default=None)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--jsonl", type=Path, required=True)
+    p.add_argument("--export", type=Path)
+    args = ap.parse_args(argv)
+    return {"pool": cmd_pool, "replay": cmd_replay, "live": cmd_live}[args.cmd](args)
 
 
 if __name__ == "__main__":

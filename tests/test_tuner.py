@@ -93,7 +93,7 @@ def _tune(ex, **kw):
     return tuner.tune(_graph(), executor=ex, **kw)
 
 
-@pytest.mark.parametrize("search", ["random", "tpe"])
+@pytest.mark.parametrize("search", ["random", "tpe", "model"])
 def test_trial_budget_default_first_illegal_never_built(fake_space, search):
     ex = FakeExecutor()
     r = _tune(ex, trials=12, search=search)
@@ -131,7 +131,7 @@ def test_ctrl_c_returns_what_finished(fake_space):
     assert r.retimed == {}
 
 
-@pytest.mark.parametrize("search", ["random", "tpe"])
+@pytest.mark.parametrize("search", ["random", "tpe", "model"])
 def test_searcher_is_deterministic_for_a_seed(fake_space, search):
     runs = [[t.point for t in _tune(FakeExecutor(), trials=14, search=search, seed=s).trials] for s in (3, 3, 4)]
     assert runs[0] == runs[1]

@@ -320,15 +320,11 @@ def _failed(k: Kernel, h: str, error: str):
 def export_schedules(records, directory: Path) -> int:
     """Each finished kernel's tuned config as a shipped text record (tune/schedules.py) in directory."""
     from . import schedules
-    from .cache import machine
     n = 0
     for k, res in records:
         if res.interrupted or res.best_config is None:
             continue
-        t = res.target
-        schedules.write(directory, schedules.ShippedRecord(
-            res.graph, k.graph.name, t.fingerprint, t.cpu, res.best_config.to_json(), res.best_time_s,
-            res.default_time_s, machine()))
+        schedules.write(directory, schedules.from_result(k.graph, res))
         n += 1
     return n
 
@@ -509,7 +505,7 @@ def tune_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", metavar="DIR|off", help="cache directory (default: $AKGPY_CACHE or ~/.cache/akgpy)")
     p.add_argument("--report", metavar="FILE", help="write a report: FILE.md (plots beside it) or FILE.html")
     p.add_argument("--export-schedules", metavar="DIR", help="write each tuned record as a shipped text record")
-    p.add_argument("--search", default="tpe", help="search strategy (tpe, random; default tpe)")
+    p.add_argument("--search", default="model", help="search strategy (model, tpe, random; default model)")
     p.add_argument("--seed", type=int, default=0, help="search seed (0)")
     p.add_argument("--ray", metavar="ADDRESS", help="run builds and measurements on this Ray cluster")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")

@@ -3,6 +3,13 @@
 after the user cache and before the target's default (tune/cache.compile_cached); a record that
 does not parse, names another graph or target, or whose config is invalid is ignored with a
 CacheWarning.
+
+Lookup policy: a config is a set of choices, portable across machines that compile the same
+code, so a record applies to a target of the same kind, CPU, codegen features and vector width
+(`portable_key`). A record of exactly this target (same fingerprint) is preferred; else one
+measured with the same thread count; else any (another thread count or other cache sizes),
+the first by file name. A record without `target_facts` (written before them) applies only
+on an exact fingerprint match.
 """
 from __future__ import annotations
 
@@ -17,6 +24,8 @@ from ..errors import AkgpyError, CacheWarning
 RECORD_SCHEMA = 1
 SHIPPED_DIR = Path(__file__).resolve().parents[2] / "schedules"
 _FIELDS = ("schema", "graph", "graph_name", "target", "target_cpu", "config", "best_s", "default_s", "machine")
+# Target fields a record keeps for the portable match (and for the reader); optional in a file
+FACTS = ("kind", "cpu", "features", "vector_bytes", "threads", "l1_bytes", "l2_bytes", "llc_bytes")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,10 +39,32 @@ class ShippedRecord:
     default_s: float | None
     machine: dict  # cpu, host (hash), date
     path: Path | None = None
+    target_facts: dict | None = None  # FACTS of the target measured on (None: exact match only)
 
     def to_json(self) -> dict:
         d = {f: getattr(self, f) for f in _FIELDS if f != "schema"}
+        if self.target_facts is not None:
+            d["target_facts"] = self.target_facts
         return {"schema": RECORD_SCHEMA, **d}
+
+
+def target_facts(target) -> dict:
+    """The FACTS of a Target, as JSON values."""
+    return {f: list(getattr(target, f)) if f == "features" else getattr(target, f) for f in FACTS}
+
+
+def portable_key(facts: dict) -> tuple:
+    """What must agree for a config to mean the same code: kind, CPU, features, vector width."""
+    return (facts.get("kind"), facts.get("cpu"), tuple(facts.get("features") or ()), facts.get("vector_bytes"))
+
+
+def from_result(graph, result, machine: dict | None = None) -> ShippedRecord:
+    """The shipped record of a TuneResult (its best config, times and target) for `graph`."""
+    from .cache import machine as this_machine
+    t = result.target
+    return ShippedRecord(result.graph, graph.name, t.fingerprint, t.cpu, result.best_config.to_json(),
+                         result.best_time_s, result.default_time_s, machine or this_machine(),
+                         target_facts=target_facts(t))
 
 
 def file_name(graph_name: str, graph_hash: str, fingerprint: str) -> str:
@@ -70,27 +101,42 @@ def read(path) -> ShippedRecord:
     for f in ("best_s", "default_s"):
         if d[f] is not None and not isinstance(d[f], (int, float)):
             raise AkgpyError(f"schedule record {path.name}: {f} must be a number or null")
+    facts = d.get("target_facts")
+    if facts is not None and (not isinstance(facts, dict) or any(f not in facts for f in FACTS)):
+        raise AkgpyError(f"schedule record {path.name}: target_facts must be an object with {', '.join(FACTS)}")
     from ..schedule.config import ScheduleConfig
-    ScheduleConfig.from_json(d["config"])  # CompileError naming the bad field
-    return ShippedRecord(**{f: d[f] for f in _FIELDS if f != "schema"}, path=path)
+    try:
+        ScheduleConfig.from_json(d["config"])  # CompileError naming the bad field
+    except AkgpyError as e:
+        raise AkgpyError(f"schedule record {path.name}: {e}") from None
+    return ShippedRecord(**{f: d[f] for f in _FIELDS if f != "schema"}, path=path, target_facts=facts)
 
 
 def lookup(graph_hash: str, target, directory=None) -> ShippedRecord | None:
-    """The shipped record for this graph and target, or None; bad ones are warned about and skipped."""
+    """The shipped record for this graph and target (the policy in the module doc), or None;
+    bad records are warned about and skipped."""
     d = Path(directory) if directory is not None else SHIPPED_DIR
     if not d.is_dir():
         return None
-    for path in sorted(d.glob(f"*-{graph_hash[:16]}-{target.fingerprint[:12]}.json")):
+    exact, same_threads, other = [], [], []
+    want = portable_key(target_facts(target))
+    for path in sorted(d.glob(f"*-{graph_hash[:16]}-*.json")):
         try:
             rec = read(path)
         except AkgpyError as e:
             warnings.warn(f"{e}: ignored", CacheWarning, 2)
             continue
-        if rec.graph != graph_hash or rec.target != target.fingerprint:
+        if rec.graph != graph_hash or not path.name.endswith(f"-{rec.target[:12]}.json"):
             warnings.warn(f"schedule record {path.name} names graph {rec.graph[:16]} / target {rec.target[:12]}, "
                           "not the ones its file name says: ignored", CacheWarning, 2)
             continue
-        return rec
+        if rec.target == target.fingerprint:
+            exact.append(rec)
+        elif rec.target_facts is not None and portable_key(rec.target_facts) == want:
+            (same_threads if rec.target_facts.get("threads") == target.threads else other).append(rec)
+    for group in (exact, same_threads, other):
+        if group:
+            return group[0]
     return None
 
 

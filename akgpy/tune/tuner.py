@@ -48,6 +48,7 @@ class TuneResult:
     record: Any = None  # what the cache stored, if one did
     interrupted: bool = False
     wall_s: float = 0.0
+    dimensions: list = field(default_factory=list)  # the space searched (tune/space.py Dimensions)
 
     @property
     def speedup(self) -> float | None:
@@ -122,20 +123,21 @@ def _llc_bytes(target) -> int:
 
 
 def tune(graph, target=None, *, trials: int = 64, time_budget_s: float | None = None, workers: int | None = None,
-         search: str = "tpe", seed: int = 0, cache=None, executor=None,
+         search: str | None = None, seed: int = 0, cache=None, executor=None,
          progress: Callable[[Trial, TuneResult], None] | None = None, repeats: int = 9,
-         measure_timeout_s: float = 60.0, schedule: str = "poly") -> TuneResult:
+         measure_timeout_s: float = 60.0, schedule: str = "poly", pool_size: int | None = None) -> TuneResult:
     """Tune `graph` (a Graph or composite JSON) for `target`; see the module doc.
 
     trials: candidates built and measured, the default included; time_budget_s: no new round
-    starts after it; workers: parallel builds (default: the CPU count); search: "tpe" or
-    "random"; cache: where the result is stored (None: the user cache unless AKGPY_CACHE=off;
-    False: nowhere); executor: a tune.executor.Executor (default: a LocalExecutor, closed at
-    the end); progress(trial, partial_result) after each finished trial."""
+    starts after it; workers: parallel builds (default: the CPU count); search: "model" (the
+    default, search.DEFAULT_SEARCH), "tpe" or "random"; cache: where the result is stored
+    (None: the user cache unless AKGPY_CACHE=off; False: nowhere); executor: a tune.executor.Executor (default: a LocalExecutor, closed at
+    the end); progress(trial, partial_result) after each finished trial; pool_size: candidate
+    points the searcher chooses from (default: max(POOL_SIZE, 4 x trials); tune/search.py)."""
     from ..frontends.composite import load_composite
     from ..graph.ir import Graph
     from .executor import LocalExecutor
-    from .search import make_searcher
+    from .search import DEFAULT_SEARCH, POOL_SIZE, make_searcher
 
     if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
         raise AkgpyError(f"tune: trials must be a positive int, got {trials!r}")
@@ -145,7 +147,10 @@ def tune(graph, target=None, *, trials: int = 64, time_budget_s: float | None = 
     g = graph if isinstance(graph, Graph) else load_composite(graph)
     tgt = _resolve_target(target)
     sp = space_for(g, tgt)
-    searcher = make_searcher(search, sp.dimensions, seed)
+    if pool_size is not None and (not isinstance(pool_size, int) or isinstance(pool_size, bool) or pool_size < 1):
+        raise AkgpyError(f"tune: pool_size must be a positive int, got {pool_size!r}")
+    searcher = make_searcher(search or DEFAULT_SEARCH, sp.dimensions, seed,
+                             pool_size=pool_size or max(POOL_SIZE, 4 * trials))
     own = executor is None
     ex = executor or LocalExecutor(workers)
     batch = max(1, workers or getattr(ex, "n_workers", 1))
@@ -153,7 +158,7 @@ def tune(graph, target=None, *, trials: int = 64, time_budget_s: float | None = 
     text, tjson = g.to_composite(), target_json(target)
     flush = _flush_bytes(g, tgt)
     history: list[Trial] = []
-    result = TuneResult(g.hash(), tgt, None, None, None, 0, history)
+    result = TuneResult(g.hash(), tgt, None, None, None, 0, history, dimensions=list(sp.dimensions))
     jobs: dict[int, BuildJob] = {}
     artifacts: dict[int, tuple[bytes, dict]] = {}
 

@@ -88,7 +88,7 @@ def cmd_pool(args) -> int:
             def enc(point):
                 return [idx[n][repr(_jsonish(point[n]))] for n, _ in dims]
             row = {"graph": path.name[:70], "pattern": pattern, "hash": g.hash(), "pool": args.pool,
-                   "dims": dims, "wall_s": time.monotonic() - t0,
+                   "dims": dims, "wall_s": time.monotonic() - t0, "phases": r.phases,
                    "default_retimed_s": r.default_time_s,
                    "points": [[enc(t.point), _status(t)] for t in r.trials]}
             with args.jsonl.open("a") as f:
@@ -97,6 +97,10 @@ def cmd_pool(args) -> int:
             print(f"{pattern:12s} {len(r.trials)} points, default {r.trials[0].time_s * 1e3:.3f} ms, "
                   f"best {min(ok) * 1e3:.3f} ms, {row['wall_s']:.0f} s", flush=True)
     return 0
+
+
+def _phases(p: dict) -> str:
+    return ", ".join(f"{k} {v:.0f} s" for k, v in p.items())
 
 
 def _jsonish(v):
@@ -204,13 +208,13 @@ def cmd_live(args) -> int:
                    "speedup": r.speedup, "wall_s": time.monotonic() - t0,
                    "failed": sum(t.status not in ("ok", "illegal") for t in r.trials),
                    "illegal": sum(t.status == "illegal" for t in r.trials),
-                   "config": r.trials[r.best_trial].config, "best_trial": r.best_trial}
+                   "config": r.trials[r.best_trial].config, "best_trial": r.best_trial, "phases": r.phases}
             with args.jsonl.open("a") as f:
                 f.write(json.dumps(row) + "\n")
             if args.export:
                 export(args.export, g, r)
             print(f"{pattern:12s} default {r.default_time_s * 1e3:.3f} ms, tuned {r.best_time_s * 1e3:.3f} ms, "
-                  f"x{r.speedup:.3f}, {row['wall_s']:.0f} s", flush=True)
+                  f"x{r.speedup:.3f}, {row['wall_s']:.0f} s ({_phases(r.phases)})", flush=True)
     return 0
 
 

@@ -49,6 +49,7 @@ class TuneResult:
     interrupted: bool = False
     wall_s: float = 0.0
     dimensions: list = field(default_factory=list)  # the space searched (tune/space.py Dimensions)
+    phases: dict = field(default_factory=dict)  # wall seconds: space, legal, build, measure, retime
 
     @property
     def speedup(self) -> float | None:
@@ -147,6 +148,7 @@ def tune(graph, target=None, *, trials: int = 64, time_budget_s: float | None = 
     g = graph if isinstance(graph, Graph) else load_composite(graph)
     tgt = _resolve_target(target)
     sp = space_for(g, tgt)
+    phases = {"space": time.monotonic() - t0, "legal": 0.0, "build": 0.0, "measure": 0.0, "retime": 0.0}
     if pool_size is not None and (not isinstance(pool_size, int) or isinstance(pool_size, bool) or pool_size < 1):
         raise AkgpyError(f"tune: pool_size must be a positive int, got {pool_size!r}")
     searcher = make_searcher(search or DEFAULT_SEARCH, sp.dimensions, seed,
@@ -158,7 +160,7 @@ def tune(graph, target=None, *, trials: int = 64, time_budget_s: float | None = 
     text, tjson = g.to_composite(), target_json(target)
     flush = _flush_bytes(g, tgt)
     history: list[Trial] = []
-    result = TuneResult(g.hash(), tgt, None, None, None, 0, history, dimensions=list(sp.dimensions))
+    result = TuneResult(g.hash(), tgt, None, None, None, 0, history, dimensions=list(sp.dimensions), phases=phases)
     jobs: dict[int, BuildJob] = {}
     artifacts: dict[int, tuple[bytes, dict]] = {}
 
@@ -175,7 +177,9 @@ def tune(graph, target=None, *, trials: int = 64, time_budget_s: float | None = 
         for point in points:
             cfg = config_to_json(sp.config(point))
             trials_.append(Trial(len(history) + len(trials_), point, cfg, "pending"))
+        t_build = time.monotonic()
         built = ex.build([BuildJob(t.index, text, t.config, tjson, schedule) for t in trials_])
+        phases["build"] += time.monotonic() - t_build
         measure_jobs, waiting = [], []
         for t, b in zip(trials_, built):
             if b.status != "ok":
@@ -185,7 +189,10 @@ def tune(graph, target=None, *, trials: int = 64, time_budget_s: float | None = 
             measure_jobs.append(MeasureJob(t.index, text, b.artifact, b.manifest, tjson, seed=seed, repeats=repeats,
                                            flush_bytes=flush, timeout_s=measure_timeout_s))
             waiting.append(t)
-        for t, m in zip(waiting, ex.measure(measure_jobs)):
+        t_measure = time.monotonic()
+        measured = ex.measure(measure_jobs)
+        phases["measure"] += time.monotonic() - t_measure
+        for t, m in zip(waiting, measured):
             if m.status == "ok":
                 t.status, t.time_s = "ok", m.median_s
             else:
@@ -209,7 +216,9 @@ def tune(graph, target=None, *, trials: int = 64, time_budget_s: float | None = 
                     p = searcher.ask()
                     if p is None:
                         break
+                    t_legal = time.monotonic()
                     ok, why = sp.legal(p)
+                    phases["legal"] += time.monotonic() - t_legal
                     if ok:
                         points.append(p)
                         continue
@@ -226,7 +235,9 @@ def tune(graph, target=None, *, trials: int = 64, time_budget_s: float | None = 
             result.interrupted = True
         if not result.interrupted:
             try:
+                t_retime = time.monotonic()
                 _retime(ex, result, artifacts, text, tjson, flush, measure_timeout_s, seed)
+                phases["retime"] = time.monotonic() - t_retime
             except KeyboardInterrupt:
                 result.interrupted = True
     finally:

@@ -29,7 +29,7 @@ _PARAM_FIELDS = ("kind", "tensor", "shape", "dtype", "align", "members")
 
 @dataclasses.dataclass(frozen=True)
 class ArtifactParam:
-    """A kernel parameter read back from a manifest: te/lower.Param's fields, without importing
+    """A kernel parameter read back from a manifest: te/abi.Param's fields, without importing
     te/ (which imports tvm)."""
     kind: str
     tensor: str

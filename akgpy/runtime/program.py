@@ -28,7 +28,7 @@ from ..errors import ArgumentError
 from ..graph.ir import Graph
 
 if TYPE_CHECKING:  # te/ imports tvm; a Program from a cached artifact runs without it
-    from ..te.lower import Param
+    from ..te.abi import Param
 
 ALIGN = 64
 # A buffer of a page or more that akgpy allocates (outputs, input copies, a model's

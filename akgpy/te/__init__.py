@@ -1,3 +1,4 @@
-from .lower import Lowered, Param, lower
+from .abi import Param
+from .lower import Lowered, lower
 
 __all__ = ["lower", "Lowered", "Param"]

@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 from .. import config as flags
 from ..errors import AkgpyError, CacheWarning
+from .machine import cpu_model, machine
 
 DB_NAME = "cache.sqlite3"
 DB_SCHEMA = 1  # PRAGMA user_version of a database this code writes
@@ -178,13 +179,6 @@ def config_text(cfg) -> str:
     if cfg is None:
         return "default"
     return _canonical(cfg.to_json()) if hasattr(cfg, "to_json") else repr(cfg)
-
-
-def machine() -> dict:
-    """Who measured: the CPU's model name, a hash of the host name, the date (UTC)."""
-    import socket  # 3 ms to import: not on the warm path
-    return {"cpu": _cpu_model(), "host": hashlib.sha256(socket.gethostname().encode()).hexdigest()[:12],
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 @dataclasses.dataclass
@@ -474,7 +468,7 @@ def _spec_text(spec) -> str | None:
 @functools.lru_cache(maxsize=None)
 def _host_probe() -> str:
     """What resolving the host reads besides LLVM: the CPU's model and flags, the cache sizes."""
-    h = hashlib.sha256(_cpu_model().encode())
+    h = hashlib.sha256(cpu_model().encode())
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("flags"):
@@ -492,17 +486,6 @@ def _host_probe() -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-    return platform.processor() or platform.machine()
-
-
 def _llvm_version(target) -> str:
     if target.kind != "llvm":
         return ""

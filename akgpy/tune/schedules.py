@@ -60,7 +60,7 @@ def portable_key(facts: dict) -> tuple:
 
 def from_result(graph, result, machine: dict | None = None) -> ShippedRecord:
     """The shipped record of a TuneResult (its best config, times and target) for `graph`."""
-    from .cache import machine as this_machine
+    from .machine import machine as this_machine
     t = result.target
     return ShippedRecord(result.graph, graph.name, t.fingerprint, t.cpu, result.best_config.to_json(),
                          result.best_time_s, result.default_time_s, machine or this_machine(),

@@ -48,7 +48,7 @@ from .isl_ast import realize
 from .kept import WIDE_MATH_INSTANCES, blocks_of, kept_blocks, math_sources, roundings
 from .plain import inline_injective, plain_schedule, root_blocks, tvm_dtype_bits
 from .prepass import chunk_column_sums, rfactor_rows, uses_vector_math, wide_partials
-from .stream import LATENCY_ATTR
+from .attrs import LATENCY_ATTR
 from .transpose import copy_parts
 
 # the math blocks that statements share with the reductions in whose loops they run

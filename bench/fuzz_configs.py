@@ -124,15 +124,17 @@ def sample_points(sp, n: int, rng: random.Random, max_tries: int) -> list[dict]:
     return out
 
 
-def child_plan(gid: str, n: int, seed: int) -> None:
+def child_plan(gid: str, n: int, seed: int) -> list[dict]:
+    """Sample the graph's legal points and print them (its cases)."""
     from akgpy.tune.space import space
-    g = load_graph(gid)
-    sp = space(g)
+    sp = space(load_graph(gid))
     rng = random.Random(f"{seed}:{gid}")
     pts = sample_points(sp, n, rng, max_tries=8 * n)
-    for i, p in enumerate(pts):
-        _emit(kind="plan", case=f"{gid}#{seed}.{i}", point=p, config=sp.config(p).to_json())
+    cases = [{"case": f"{gid}#{seed}.{i}", "point": p, "config": sp.config(p).to_json()} for i, p in enumerate(pts)]
+    for c in cases:
+        _emit(kind="plan", **c)
     _emit(kind="planned", n=len(pts), dims=len(sp.dimensions))
+    return cases
 
 
 def child_configs(gid: str, points: list[dict]) -> None:
@@ -147,7 +149,14 @@ def child_configs(gid: str, points: list[dict]) -> None:
         _emit(kind="config", i=i, legal=ok, why=why, point=p, config=sp.config(p).to_json() if ok else None)
 
 
-def child_run(gid: str, cases: list[dict]) -> None:
+def child_run(gid: str, spec: dict) -> None:
+    """Run spec["cases"], or plan the graph (spec["plan"]: points, seed) and run its cases but
+    those in spec["skip"]: one process, one tvm import, while nothing faults."""
+    if "plan" in spec:
+        skip = set(spec.get("skip", ()))
+        cases = [c for c in child_plan(gid, *spec["plan"]) if c["case"] not in skip]
+    else:
+        cases = spec["cases"]
     import akgpy
     from akgpy.errors import AkgpyError
     from akgpy.schedule.config import ScheduleConfig
@@ -175,8 +184,9 @@ def child_run(gid: str, cases: list[dict]) -> None:
 
 # --- the parent ---------------------------------------------------------------------------
 
-def _child(args: list[str], timeout: float):
-    """Run a child, yielding its JSON lines; ends with ("exit", rc) or ("hang", None)."""
+def _child(args: list[str], timeout):
+    """Run a child, yielding its JSON lines; ends with ("exit", (rc, stderr tail)) or ("hang",
+    None) when no line came within timeout() seconds."""
     env = {**os.environ, "TVM_NUM_THREADS": os.environ.get("TVM_NUM_THREADS", "1"), "AKGPY_CACHE": "off"}
     proc = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, cwd=ROOT)
@@ -184,7 +194,7 @@ def _child(args: list[str], timeout: float):
     sel.register(proc.stdout, selectors.EVENT_READ)
     try:
         while True:
-            if not sel.select(timeout):
+            if not sel.select(timeout()):
                 proc.kill()
                 proc.wait()
                 yield "hang", None
@@ -205,40 +215,43 @@ def _child(args: list[str], timeout: float):
 
 
 def run_graph(gid: str, args, done: set, out) -> list[dict]:
-    plan = []
-    for what, val in _child(["--child-plan", gid, str(args.points), str(args.seed)], args.plan_timeout):
-        if what == "line" and val.get("kind") == "plan":
-            plan.append(val)
-        elif what == "hang":
-            print(f"plan hang: {gid}", flush=True)
-        elif what == "exit" and val[0] != 0:
-            print(f"plan failed ({val[0]}): {gid}\n{val[1]}", flush=True)
-    return _run_cases(gid, [c for c in plan if c["case"] not in done], args, out)
+    """Plan and run one graph's cases (skipping `done`), a fresh child after each fault."""
+    return _run_cases(gid, {"plan": [args.points, args.seed], "skip": sorted(done)}, args, out)
 
 
-def _run_cases(gid: str, plan: list[dict], args, out) -> list[dict]:
-    records, todo = [], list(plan)
-    while todo:
-        path = Path(args.out).with_suffix(f".{os.getpid()}.todo.json")
-        path.write_text(json.dumps(todo))
-        current, phase, finished = None, None, set()
-        for what, val in _child(["--child-run", gid, str(path)], args.timeout):
-            if what == "line" and val.get("kind") == "start":
+def _run_cases(gid: str, spec: dict, args, out) -> list[dict]:
+    plan = list(spec.get("cases", ()))
+    skip = set(spec.get("skip", ()))
+    records, finished = [], set()
+    path = Path(args.out).with_suffix(f".{os.getpid()}.todo.json")
+    while True:
+        path.write_text(json.dumps(spec))
+        current, phase = None, None
+        for what, val in _child(["--child-run", gid, str(path)],
+                                lambda: args.timeout if current else args.plan_timeout):
+            if what == "line" and val.get("kind") == "plan":
+                plan.append({k: val[k] for k in ("case", "point", "config")})
+            elif what == "line" and val.get("kind") == "start":
                 current, phase = val["case"], val["phase"]
             elif what == "line" and val.get("kind") == "done":
                 finished.add(val["case"])
                 records.append(_record(gid, plan, val["case"], val["status"], val.get("error", ""), out))
-            elif what in ("hang", "exit") and current and current not in finished:
-                if what == "exit" and val[0] == 0:
+            elif what == "hang" or (what == "exit" and val[0] != 0):
+                if current is None or current in finished:
+                    print(f"child {'hang' if what == 'hang' else f'exit {val[0]}'} outside a case: {gid}"
+                          + (f"\n{val[1]}" if val else ""), flush=True)
+                    current = None
                     break
                 status = "hang" if what == "hang" else "fault"
-                why = f"{phase}: " + ("no answer in %ss" % args.timeout if what == "hang"
+                why = f"{phase}: " + (f"no answer in {args.timeout} s" if what == "hang"
                                       else f"child exit {val[0]}: {val[1]}")
                 finished.add(current)
                 records.append(_record(gid, plan, current, status, why, out))
-        todo = [c for c in todo if c["case"] not in finished]
-        if todo and current is None:  # the child died before its first case: give up on the graph
+        todo = [c for c in plan if c["case"] not in finished and c["case"] not in skip]
+        if not todo or current is None:
             break
+        spec = {"cases": todo}
+    path.unlink(missing_ok=True)
     return records
 
 
@@ -257,7 +270,7 @@ def _outcomes(gid: str, cases: list[dict], args) -> dict[str, str]:
     import io
     sink = io.StringIO()
     quiet = argparse.Namespace(**{**vars(args), "points": len(cases)})
-    return {r["case"]: r["status"] for r in _run_cases(gid, cases, quiet, sink)}
+    return {r["case"]: r["status"] for r in _run_cases(gid, {"cases": cases}, quiet, sink)}
 
 
 def minimise(case: str, args) -> dict:
@@ -272,13 +285,13 @@ def minimise(case: str, args) -> dict:
         names = list(point)
         if defaults is None:
             path.write_text(json.dumps([point]))
-            for what, val in _child(["--child-configs", gid, str(path)], args.plan_timeout):
+            for what, val in _child(["--child-configs", gid, str(path)], lambda: args.plan_timeout):
                 if what == "line" and val.get("kind") == "defaults":
                     defaults = val["point"]
         cands = [{**point, k: defaults[k]} for k in names if point[k] != defaults[k]]
         path.write_text(json.dumps(cands))
         legal = []
-        for what, val in _child(["--child-configs", gid, str(path)], args.plan_timeout):
+        for what, val in _child(["--child-configs", gid, str(path)], lambda: args.plan_timeout):
             if what == "line" and val.get("kind") == "config" and val["legal"]:
                 legal.append({"case": f"min{val['i']}", "point": val["point"], "config": val["config"]})
         got = _outcomes(gid, legal, args) if legal else {}
@@ -307,14 +320,9 @@ def main(argv=None) -> int:
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--list", action="store_true", help="print the graph ids and exit")
     ap.add_argument("--minimise", metavar="CASE", help="minimise a failing case of --out and exit")
-    ap.add_argument("--child-plan", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--child-configs", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--child-run", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.child_plan:
-        gid, n, seed = args.child_plan
-        child_plan(gid, int(n), int(seed))
-        return 0
     if args.child_configs:
         gid, path = args.child_configs
         child_configs(gid, json.loads(Path(path).read_text()))

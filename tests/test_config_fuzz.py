@@ -62,12 +62,12 @@ def test_seeded_legal_configs_run_fenced(tmp_path):
     """A seeded sample of legal points of two small graphs' spaces (the real-tune row sum and
     kernels/softmax at its small size), each compiled and run fenced against the reference."""
     out = tmp_path / "cases.jsonl"
-    done = subprocess.run([sys.executable, str(TOOL), "--graphs", "tuner,kernels:softmax", "--points", "4",
+    done = subprocess.run([sys.executable, str(TOOL), "--graphs", "tuner,kernels:softmax", "--points", "3",
                            "--seed", "1", "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-2000:])
-    assert "2 graphs, 8 cases: 8 ok, 0 mismatch, 0 fault, 0 hang, 0 compile_error, 0 exception" in done.stdout, \
+    assert "2 graphs, 6 cases: 6 ok, 0 mismatch, 0 fault, 0 hang, 0 compile_error, 0 exception" in done.stdout, \
         done.stdout[-3000:]
     import json
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(rows) == 8 and all(r["status"] == "ok" and r["config"]["schema"] for r in rows)
-    assert len({json.dumps(r["point"], sort_keys=True) for r in rows}) == 8
+    assert len(rows) == 6 and all(r["status"] == "ok" and r["config"]["schema"] for r in rows)
+    assert len({json.dumps(r["point"], sort_keys=True) for r in rows}) == 6

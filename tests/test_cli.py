@@ -129,7 +129,7 @@ def test_bad_input_is_a_clear_error(tmp_path, case):
         "bad_target": (["good.json", "--target", "not-a-cpu-xyz"], r"--target 'not-a-cpu-xyz'"),
         "bad_report": (["good.json", "--report", "r.txt"], r"--report r\.txt: .*\.md or \.html"),
         "bad_trials": (["good.json", "--trials", "0"], r"--trials must be at least 1"),
-        "bad_search": (["good.json", "--search", "annealing"], r"--search 'annealing': available: random, tpe"),
+        "bad_search": (["good.json", "--search", "annealing"], r"--search 'annealing': available: model, tpe, random"),
     }[case]
     (tmp_path / "bad.json").write_text('{"composite": true, "op": ')
     (tmp_path / "unk.json").write_text(_ewise("unk").replace('"Mul"', '"NoSuchOp"'))

@@ -10,7 +10,7 @@ kernel runs on TVM's own pool (sized by TVM_NUM_THREADS) exactly as under tvm.ru
 
 Calling convention (tvm_ffi/include/tvm/ffi/c_api.h): `int f(void *self, const TVMFFIAny *args,
 int32_t num_args, TVMFFIAny *result)`, each argument a DLTensor* (type index
-kTVMFFIDLTensorPtr). akgpy compiles without argument asserts (targets/llvm.py): the caller
+kTVMFFIDLTensorPtr). akgpy compiles without argument asserts (targets/cpu/llvm.py): the caller
 (runtime/program.py) checks dtypes, shapes and alignment before calling.
 """
 from __future__ import annotations

@@ -190,7 +190,7 @@ class Kernel:
         self._executable, self._mod, self._lowered = executable, scheduled_mod, lowered
         self._report = schedule_report  # the poly scheduler's own account, when it ran
         self._source: str | None = None
-        # the generated code checks none of its arguments (targets/llvm.py): `func` does
+        # the generated code checks none of its arguments (targets/cpu/llvm.py): `func` does
         self.unchecked = executable[self.entry]  # first lookup JIT-compiles the machine code
         self.reads = frozenset(n for p in params if p.kind == "input" for n in p.tensors)
 

@@ -1,16 +1,23 @@
 """Compile every graph of corpus/ and report pass count and compile-time statistics.
 
     python bench/corpus_compile.py [--check] [--limit N] [--json out.json]
+    python bench/corpus_compile.py --ab BASE_CHECKOUT [--every K] [--jsonl rows.jsonl]
 
 Compile time is the wall time of akgpy.fuse (load excluded; lowering, scheduling, LLVM codegen
 and the JIT of the entry function included), measured sequentially in one warm process.
 --check also runs each kernel on random inputs against the numpy reference (slow: minutes).
+--ab compares with another checkout: one warm process per side (PYTHONPATH = that checkout, or
+this one), the compile cache off, each graph compiled by both in turn, the side that goes first
+alternating per graph, so that other jobs on the machine load both sides alike.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import select
 import statistics
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -34,16 +41,86 @@ def schedule_path(prog) -> str:
         line.removeprefix("schedule path: ")
 
 
+# one side of --ab: compiles each graph path read from stdin, answers one JSON line per graph
+SERVE = """
+import json, sys, time
+import akgpy
+first = True
+for line in sys.stdin:
+    path = line.strip()
+    g = akgpy.load_composite(path)
+    if first:  # imports and LLVM warm, as in the sequential run
+        akgpy.fuse(g)
+        first = False
+    t0 = time.perf_counter()
+    try:
+        akgpy.fuse(g)
+        status = "ok"
+    except akgpy.AkgpyError as e:
+        status = f"error: {type(e).__name__}: {e}"[:200]
+    print(json.dumps({"s": time.perf_counter() - t0, "status": status}), flush=True)
+"""
+
+
+def _side(root: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(root), "AKGPY_CACHE": "off", "TVM_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-c", SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=env, cwd=str(root))
+
+
+def _ask(proc: subprocess.Popen, path: Path, timeout_s: float) -> dict:
+    proc.stdin.write(f"{path}\n")
+    proc.stdin.flush()
+    if not select.select([proc.stdout], [], [], timeout_s)[0]:
+        raise TimeoutError(f"{path.name}: no answer within {timeout_s} s")
+    return json.loads(proc.stdout.readline())
+
+
+def ab(base: Path, files: list[Path], out: Path | None, timeout_s: float = 600) -> int:
+    """Compile times of `base` and this checkout, interleaved per graph (see the module doc)."""
+    sides = {"base": _side(base.resolve()), "new": _side(Path(__file__).resolve().parents[1])}
+    rows = []
+    try:
+        for i, f in enumerate(files):
+            row = {"graph": str(f.relative_to(CORPUS)), "load1": os.getloadavg()[0]}
+            for name in (("base", "new") if i % 2 == 0 else ("new", "base")):
+                got = _ask(sides[name], f, timeout_s)
+                row[f"{name}_s"], row[f"{name}_status"] = got["s"], got["status"]
+            rows.append(row)
+            if out:
+                with out.open("a") as w:
+                    w.write(json.dumps(row) + "\n")
+            print(f"[{i + 1}/{len(files)}] base {row['base_s']:.3f} s, new {row['new_s']:.3f} s  {f.name[:60]}",
+                  file=sys.stderr, flush=True)
+    finally:
+        for p in sides.values():
+            p.kill()
+            p.wait()
+    both = [r for r in rows if r["base_status"] == "ok" and r["new_status"] == "ok"]
+    for name in ("base", "new"):
+        t = sorted(r[f"{name}_s"] for r in both)
+        print(f"{name}: median {statistics.median(t):.3f} s, p95 {t[min(len(t) - 1, int(0.95 * len(t)))]:.3f} s, "
+              f"total {sum(t):.1f} s over {len(t)} graphs compiled by both")
+    loads = [r["load1"] for r in rows]
+    print(f"load average (1 min) during the run: median {statistics.median(loads):.1f}, max {max(loads):.1f}")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", type=Path, default=CORPUS)
     ap.add_argument("--check", action="store_true", help="also run and compare against the reference")
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--ab", type=Path, help="another checkout to compare compile times with")
+    ap.add_argument("--every", type=int, default=1, help="with --ab: every K-th graph only")
+    ap.add_argument("--jsonl", type=Path, help="with --ab: append one row per graph")
     args = ap.parse_args(argv)
     files = corpus_files(args.corpus)
     if args.limit:
         files = files[:args.limit]
+    if args.ab:
+        return ab(args.ab, files[::args.every], args.jsonl)
     if not files:
         print(f"no graphs under {args.corpus}", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+from collections import OrderedDict
 
 import pytest
 
@@ -113,6 +114,7 @@ def test_a_variant_out_of_operations_hands_over(monkeypatch, short, answered):
 def test_wall_clock_guard_marks_the_kernel(monkeypatch):
     """The safety net: a guard that fires leaves a correct kernel marked non-deterministic."""
     monkeypatch.setattr(scheduler, "WALL_CLOCK_GUARD_S", 1e-6)
+    monkeypatch.setattr(scheduler, "ANSWERS", OrderedDict())  # an earlier answer would not search
     g = _layernorm()
     prog = akgpy.fuse(g)
     path = prog.kernels[0].schedule_path
@@ -122,14 +124,40 @@ def test_wall_clock_guard_marks_the_kernel(monkeypatch):
     assert not check_program(g, prog)
 
 
-def test_full_search_isl_does_not_count_is_bounded_by_cpu_time():
+def test_mixed_dims_skip_the_full_search_by_rule():
     """A row sum cut into 8 partials whose full search runs for minutes without isl counting an
-    operation: the CPU-time bound hands over to the search without shifts, and the kernel says
-    that a time bound decided (a cache must not store it)."""
+    operation (an old CPU-time bound decided it): the model's coefficient 8 sends it to the search
+    without shifts, a decision that depends on the model alone, so the kernel is deterministic."""
     g = akgpy.load_composite(CORPUS / "networks/bert_base/Fused_Sub_Mul_Cast_ReduceSum_Cast_Mul_Add_Rsqrt_split_"
                              "18376244192149336363.info")
     prog = akgpy.fuse(g)
     path = prog.kernels[0].schedule_path
-    assert path.path == "poly/isl-ast" and not path.deterministic and "CPU-time bound" in path.guard, path
-    assert any(l.startswith("isl search: no-shifts answered") for l in prog.explain().splitlines())
+    assert path.path == "poly/isl-ast" and path.deterministic, path
+    lines = [ln for ln in prog.explain().splitlines() if ln.startswith("isl search:")]
+    assert lines[0].startswith("isl search: full not tried: a dependence ties dims with coefficient 8,"), lines
+    assert lines[1].startswith("isl search: no-shifts answered"), lines
     assert not check_program(g, prog)
+
+
+def test_isl_answers_are_reused_within_a_process(monkeypatch):
+    """The same model with the same variants asks isl once per process (tuning's probes): the
+    second compile starts no worker and gives the same kernel and the same account of the search;
+    other budgets are another key; the store keeps ANSWERS_MAX answers, the latest ones."""
+    monkeypatch.setattr(scheduler, "ANSWERS", OrderedDict())
+    started = []
+    real = scheduler.run_bounded
+    monkeypatch.setattr(scheduler, "run_bounded", lambda *a, **k: started.append(1) or real(*a, **k))
+    g = _layernorm()
+    first, second = akgpy.fuse(g), akgpy.fuse(g)
+    assert len(started) == 1 and len(scheduler.ANSWERS) == 1
+    def searched(prog):
+        return [ln for ln in prog.explain().splitlines() if ln.startswith("isl search:")]
+    assert first.kernels[0].tir == second.kernels[0].tir and searched(first) == searched(second)
+    monkeypatch.setattr(scheduler, "FULL_MAX_OPERATIONS", 50)
+    akgpy.fuse(g)
+    assert len(started) == 2 and len(scheduler.ANSWERS) == 2
+    monkeypatch.setattr(scheduler, "ANSWERS_MAX", 2)
+    akgpy.fuse(_layernorm(rows=32))
+    assert len(started) == 3 and len(scheduler.ANSWERS) == 2
+    akgpy.fuse(_layernorm(rows=32))  # the latest stays
+    assert len(started) == 3

@@ -4,11 +4,15 @@
   its own) run in order, each under its own operation budget (Context.set_max_operations):
   a variant that exhausts its budget hands over to the next. Operations are counted by isl
   itself, so the variant that answers depends on the model alone, never on machine load;
-  docs/poly.md ("isl's bounds") has the measurements behind the budgets;
+  a model with a dependence that mixes dims skips the full search, whose time isl's count
+  does not track there (`MAX_SHIFTED_COEFFICIENT`); docs/poly.md ("isl's bounds") has the
+  measurements behind both rules;
 - a wall-clock guard far above any search the corpus needs (`WALL_CLOCK_GUARD_S`): the
   search runs in a worker process (run_bounded; native code cannot be interrupted from a
   thread) killed past it. A kernel built after the guard fired is not reproducible, and
-  `Searched.guard` / SchedulePath say so.
+  `Searched.guard` / SchedulePath say so;
+- isl's answers are kept per process (`ANSWERS`), keyed by the schedule constraints' text and
+  the variants: tuning reschedules one model under many configs that do not change it.
 Every schedule returned here has passed check_legal.
 """
 from __future__ import annotations
@@ -16,11 +20,11 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import resource
 import select
 import signal
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from math import prod
 from typing import Any, Callable
@@ -67,6 +71,15 @@ def compute_schedule(model: PolyModel, deps: Deps, *, max_operations: int = DEFA
     `options` are isl Context scheduler options without the set_ prefix, e.g.
     {"schedule_max_constant_term": 1024}; they hold for this call only.
     """
+    first, sc = schedule_constraints(model, deps, input_reuse)
+    schedule = _solve(model.ctx, sc, first, max_operations, options or {})
+    check_legal(schedule, deps)
+    return schedule
+
+
+def schedule_constraints(model: PolyModel, deps: Deps, input_reuse: bool = True
+                         ) -> tuple[isl.UnionSet | None, isl.ScheduleConstraints]:
+    """(the broadcasts that run first, or None; the constraints isl schedules the rest under)."""
     first = broadcasts(model, deps)
     domain = model.domain if first is None else model.domain.subtract(first)
 
@@ -76,12 +89,16 @@ def compute_schedule(model: PolyModel, deps: Deps, *, max_operations: int = DEFA
           .set_validity(within(deps.validity))
           .set_proximity(within(deps.raw.union(deps.rar) if input_reuse else deps.raw))
           .set_coincidence(within(deps.validity)))
-    with context_options(model.ctx, options or {}), \
-            operation_budget(model.ctx, max_operations, "compute_schedule"):
+    return first, sc
+
+
+def _solve(ctx: isl.Context, sc: isl.ScheduleConstraints, first: isl.UnionSet | None,
+           max_operations: int, options: dict[str, int]) -> isl.Schedule:
+    """isl's schedule for `sc` under `options` and the budget, after the broadcasts `first`."""
+    with context_options(ctx, options), operation_budget(ctx, max_operations, "compute_schedule"):
         schedule = sc.compute_schedule()
     if first is not None:
         schedule = isl.Schedule.from_domain(first).sequence(schedule)
-    check_legal(schedule, deps)
     return schedule
 
 
@@ -137,14 +154,12 @@ class Search:
 FULL_MAX_OPERATIONS = 4_000_000
 NO_SHIFTS_MAX_OPERATIONS = 4_000_000
 SERIALIZED_MAX_OPERATIONS = 4_000_000
-# isl does not count the big-integer work of the full search's constant shifts: a dependence
-# equality with a coefficient this large (a row cut into partials, chunk * 2000 + lane) took
-# seconds within 80k operations. Such a model skips the full search (docs/poly.md)
-MAX_SHIFTED_COEFFICIENT = 256
-# nor, on six corpus graphs (a row sum cut into 8 interleaved partials, coefficient 8), does the
-# count move at all in 20 s: for a model with such a dependence the full search also gets this
-# much CPU time (of its own process: load does not shorten it); the slowest that answers took 1.4 s
-FULL_CPU_S = 2
+# isl does not count the integer work of the full search where a dependence equality ties dims
+# with a coefficient other than 0 or 1 (a Reshape that flattens, a row cut into interleaved
+# partials: chunk * 8 + lane): there it ran from 0.01 s to over 20 s within 40k-150k counted
+# operations, and no option or model count told the slow ones apart (docs/poly.md). Such a model
+# skips the full search for the one without constant shifts
+MAX_SHIFTED_COEFFICIENT = 1
 # far above the slowest search under the budgets above: only a model whose operations do not
 # track time (a bug to report) reaches it; a kernel built past it is marked non-deterministic
 WALL_CLOCK_GUARD_S = 30.0
@@ -200,15 +215,19 @@ class GuardFired(TimeoutError):
     """The wall-clock guard stopped isl: what follows depends on the machine's load."""
 
 
-class CpuBoundExceeded(TimeoutError):
-    """A worker ran past its CPU-time bound (run_bounded's cpu_s)."""
+# isl's answers in this process: (constraints text, broadcasts text, variants) -> (index of the
+# variant that answered, schedule text); tuning probes reschedule one model under many configs
+ANSWERS: OrderedDict[tuple, tuple[int, str]] = OrderedDict()
+ANSWERS_MAX = 64
+_answers_lock = threading.Lock()
 
 
-def _search_in_order(model: PolyModel, deps: Deps, order: tuple[Search, ...], input_reuse: bool):
+def _search_in_order(ctx: isl.Context, sc: isl.ScheduleConstraints, first: isl.UnionSet | None,
+                     order: tuple[Search, ...]) -> tuple[int, str]:
     """In the worker: (index of the variant that answered, its schedule as text)."""
     for n, s in enumerate(order):
         try:
-            return n, schedule_text(model, deps, s.max_operations, dict(s.options), input_reuse)
+            return n, _solve(ctx, sc, first, s.max_operations, dict(s.options)).to_str()
         except BudgetExhausted:
             if n == len(order) - 1:
                 raise
@@ -224,39 +243,30 @@ def schedule_in_order(model: PolyModel, deps: Deps, *, biggest: int, input_reuse
     coefficient = largest_coefficient(deps)
     if coefficient > MAX_SHIFTED_COEFFICIENT:
         skipped = (f"{order[0].name} not tried: a dependence ties dims with coefficient {coefficient}, "
-                   f"above {MAX_SHIFTED_COEFFICIENT}, where isl's search for constant shifts takes "
-                   "seconds its operation count does not show")
+                   f"where isl's search for constant shifts takes time its operation count does not show")
         order = order[1:]
-    guard, timed, exhausted = WALL_CLOCK_GUARD_S, None, ()
-    try:
-        if coefficient > 1 and order[0].name == "full":
-            try:  # its operation count does not bound its time: a CPU-time bound does
-                return _searched(model, deps, order[:1], input_reuse, guard, FULL_CPU_S, skipped, ())
-            except CpuBoundExceeded:
-                timed = (f"the full search passed its CPU-time bound ({FULL_CPU_S} s; a dependence ties dims "
-                         f"with coefficient {coefficient}, and isl's count of operations does not track its time)")
-                order = order[1:]
-            except BudgetExhausted:
-                exhausted, order = order[:1], order[1:]
-        searched = _searched(model, deps, order, input_reuse, guard, None, skipped, exhausted)
-    except GuardFired:
-        raise
-    except CpuBoundExceeded:
-        raise CompileError("isl search: CPU-time bound on a search without one") from None
-    return Searched(searched.schedule, searched.search, searched.exhausted, skipped, timed)
-
-
-def _searched(model, deps, order, input_reuse, guard, cpu_s, skipped, exhausted) -> Searched:
-    try:
-        n, text = run_bounded(_search_in_order, guard, model, deps, order, input_reuse, cpu_s=cpu_s)
-    except CpuBoundExceeded:
-        raise
-    except TimeoutError:
-        raise GuardFired(f"the wall-clock guard ({guard} s) stopped isl's search before any variant "
-                         "answered or exhausted its operation budget") from None
+    first, sc = schedule_constraints(model, deps, input_reuse)
+    key = (sc.to_str(), "" if first is None else first.to_str(),
+           tuple((s.name, s.options, s.max_operations) for s in order))
+    with _answers_lock:
+        answer = ANSWERS.get(key)
+        if answer is not None:
+            ANSWERS.move_to_end(key)
+    if answer is None:
+        guard = WALL_CLOCK_GUARD_S
+        try:
+            answer = run_bounded(_search_in_order, guard, model.ctx, sc, first, order)
+        except TimeoutError:
+            raise GuardFired(f"the wall-clock guard ({guard} s) stopped isl's search before any variant "
+                             "answered or exhausted its operation budget") from None
+        with _answers_lock:
+            ANSWERS[key] = answer
+            while len(ANSWERS) > ANSWERS_MAX:
+                ANSWERS.popitem(last=False)
+    n, text = answer
     schedule = schedule_from_text(model.ctx, text)
     check_legal(schedule, deps)
-    return Searched(schedule, order[n], (*exhausted, *order[:n]), skipped)
+    return Searched(schedule, order[n], order[:n], skipped)
 
 
 def compute_schedule_bounded(model: PolyModel, deps: Deps, *, timeout_s: float,
@@ -298,11 +308,10 @@ def _reap_later(pid: int) -> None:
         _exiting[:] = still
 
 
-def run_bounded(fn: Callable, timeout_s: float, *args, cpu_s: int | None = None, **kwargs) -> Any:
+def run_bounded(fn: Callable, timeout_s: float, *args, **kwargs) -> Any:
     """fn(*args, **kwargs) in a forked worker process, killed after `timeout_s` seconds.
 
-    Returns fn's (picklable) result, re-raises its exception, raises TimeoutError on expiry,
-    CpuBoundExceeded when the worker used `cpu_s` seconds of CPU (RLIMIT_CPU, whole seconds)
+    Returns fn's (picklable) result, re-raises its exception, raises TimeoutError on expiry
     and CompileError when the worker dies without answering (a crash in native code).
 
     A bare os.fork, not multiprocessing: it works inside daemonic processes (multiprocessing
@@ -315,8 +324,6 @@ def run_bounded(fn: Callable, timeout_s: float, *args, cpu_s: int | None = None,
     if pid == 0:  # worker: answer through the pipe, then leave without running any cleanup
         os.close(rfd)
         try:
-            if cpu_s is not None:
-                resource.setrlimit(resource.RLIMIT_CPU, (int(cpu_s), resource.getrlimit(resource.RLIMIT_CPU)[1]))
             try:
                 msg = (True, fn(*args, **kwargs))
                 data = pickle.dumps(msg)
@@ -341,11 +348,6 @@ def run_bounded(fn: Callable, timeout_s: float, *args, cpu_s: int | None = None,
                 if not chunk:
                     break
                 chunks.append(chunk)
-        if not chunks and cpu_s is not None:
-            with contextlib.suppress(ChildProcessError):
-                _, status = os.waitpid(pid, 0)
-                if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
-                    raise CpuBoundExceeded(f"{name} used its {cpu_s} s of CPU")
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

@@ -12,8 +12,7 @@ Dimension names: a ScheduleConfig field ("fusion_depth", "min_parallel_work", ..
 "<band key>/<BandChoice field>" ("own:S_Add_10/vector", "contract:T_matmul_NN/register_tile").
 Values are plain JSON values; the default comes first (None for a band: the pass decides).
 Not searched: hardware facts (metadata fact=True, they belong to the Target), `inexact_math`
-(it changes results, not only speed), `isl_timeout_s` (a wall-clock guard) and `bands` itself
-(listed per band).
+(it changes results, not only speed) and `bands` itself (listed per band).
 """
 from __future__ import annotations
 
@@ -26,8 +25,8 @@ from typing import Any
 
 from ..errors import CompileError
 
-# fields a tuner must not flip: semantics or guards, not schedule choices
-NOT_SEARCHED = ("inexact_math", "isl_timeout_s", "bands")
+# fields a tuner must not flip: semantics, not schedule choices
+NOT_SEARCHED = ("inexact_math", "bands")
 # the most register tiles probed per contraction, and the most loop orders per band
 MAX_VALUES = 6
 MAX_ORDERS = 6

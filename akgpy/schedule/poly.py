@@ -156,14 +156,21 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig, target: Target, *,
     notes = [*notes, *dropped]
     math_note = "float32 exp/log/tanh: vector math (polynomials)"
     if relower is not None:
-        try:  # same graph, same blocks: the schedule carries over; only the math differs
+        try:  # the schedule carries over only to the same statements: same domains and accesses
             scalar = _scalar_math_statements(func, model, final)
             if scalar is not None:
-                libm_func, *_ = _prepass(relower(), cfg, target)
-                if list(blocks_of(libm_func)) == list(blocks_of(func)):
+                libm_low = relower()
+                libm_func, *_ = _prepass(libm_low, cfg, target)
+                # block names alone are not enough: a row sum of vector math is cut into wider
+                # partials (prepass.wide_partials) than its libm twin, and the tree then indexes
+                # the narrower partials buffer out of bounds
+                why = _model_differs(model, extract(libm_func, libm_low.roles))
+                if why is None:
                     func = libm_func
                     math_note = (f"float32 exp/log/tanh: libm (no statement using them is vectorised: "
                                  f"{', '.join(scalar)}; polynomials pay off only in vector loops)")
+                else:
+                    math_note += f" (kept although no statement using it is vectorised: the libm lowering {why})"
         except Exception as e:  # keep the vector-math function: correct, maybe slower
             math_note += f" (libm check failed: {type(e).__name__}: {e})"
     try:  # `final` is checked: by shape(), or (isl's own tree) by schedule_in_order
@@ -245,6 +252,21 @@ def _prepass(low: Lowered, cfg: ScheduleConfig, target: Target):
     chunked = chunk_column_sums(sch, left, low.roles, target)
     math.update({f"{n}_rf": math[n] for n in rfactored if n in math})
     return sch.mod["main"], inlined, rfactored, chunked, math
+
+
+def _model_differs(model, other) -> str | None:
+    """Why `other`'s statements are not `model`'s (names, domains, accesses); None when equal,
+    so that a schedule of one is a schedule of the other."""
+    mine = {s.name: s for s in model.statements}
+    theirs = {s.name: s for s in other.statements}
+    if list(mine) != list(theirs):
+        return "has other statements"
+    for name, s in mine.items():
+        t = theirs[name]
+        for what in ("domain", "reads", "writes"):
+            if not getattr(s, what).is_equal(getattr(t, what)):
+                return f"gives {name} another {'iteration domain' if what == 'domain' else what}"
+    return None
 
 
 def _scalar_math_statements(func, model, schedule: isl.Schedule) -> list[str] | None:

@@ -164,7 +164,7 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig, target: Target, *,
                 # block names alone are not enough: a row sum of vector math is cut into wider
                 # partials (prepass.wide_partials) than its libm twin, and the tree then indexes
                 # the narrower partials buffer out of bounds
-                why = _model_differs(model, extract(libm_func, libm_low.roles))
+                why = _model_differs(model, extract(libm_func, libm_low.roles, ctx=model.ctx))
                 if why is None:
                     func = libm_func
                     math_note = (f"float32 exp/log/tanh: libm (no statement using them is vectorised: "

@@ -1,7 +1,8 @@
 """Tuning bench (issue 49 s4): searchers compared on recorded pools, and live tuning runs.
 
     # 1. measure a candidate pool per graph once (the default + POOL points), append to JSONL
-    python -m bench.bench_tune pool --pool 256 --graphs 3,10,16 --jsonl bench/results/tune_pools.jsonl
+    python -m bench.bench_tune pool --pool 256 --graphs 3,10,16 --jsonl bench/results/tune_pools.jsonl \\
+        [--export schedules/]
     # 2. replay every searcher x seed on the recorded pools (no machine needed), write the table
     python -m bench.bench_tune replay --jsonl bench/results/tune_pools.jsonl --trials 64 --seeds 5 \\
         --md bench/results/tune.md
@@ -89,10 +90,13 @@ def cmd_pool(args) -> int:
                 return [idx[n][repr(_jsonish(point[n]))] for n, _ in dims]
             row = {"graph": path.name[:70], "pattern": pattern, "hash": g.hash(), "pool": args.pool,
                    "dims": dims, "wall_s": time.monotonic() - t0, "phases": r.phases,
-                   "default_retimed_s": r.default_time_s,
+                   "default_retimed_s": r.default_time_s, "best_retimed_s": r.best_time_s,
+                   "best_trial": r.best_trial, "best_config": r.trials[r.best_trial].config,
                    "points": [[enc(t.point), _status(t)] for t in r.trials]}
             with args.jsonl.open("a") as f:
                 f.write(json.dumps(row) + "\n")
+            if args.export:
+                export(args.export, g, r)
             ok = [t.time_s for t in r.trials if t.status == "ok"]
             print(f"{pattern:12s} {len(r.trials)} points, default {r.trials[0].time_s * 1e3:.3f} ms, "
                   f"best {min(ok) * 1e3:.3f} ms, {row['wall_s']:.0f} s", flush=True)
@@ -125,7 +129,9 @@ def replay_graph(row: dict, searchers, trials: int, seeds: int) -> dict:
     best, default = min(ok), table[point_key(dec(row["points"][0][0]))]
     out = {"graph": row["graph"], "pattern": row["pattern"], "hash": row["hash"], "pool_best_s": best,
            "default_s": default, "points": len(table), "failed": sum(r is None for r in table.values()),
-           "illegal": sum(r == "illegal" for r in table.values()), "pool_wall_s": row["wall_s"], "runs": {}}
+           "illegal": sum(r == "illegal" for r in table.values()), "pool_wall_s": row["wall_s"],
+           "phases": row.get("phases"), "default_retimed_s": row.get("default_retimed_s"),
+           "best_retimed_s": row.get("best_retimed_s"), "runs": {}}
     for name in searchers:
         runs = []
         for seed in range(seeds):
@@ -177,6 +183,18 @@ def render(res, searchers, trials, seeds) -> str:
                        if isinstance(r["default_s"], float)])
         lines.append(f"- {s}: best-within-{trials} / pool best geomean {g:.4f}; default / best-within-{trials} "
                      f"geomean x{speed:.3f}; within 95% of the pool's best in every seed on {reach}/{len(res)} graphs")
+    lines += ["", "Pool runs (the default and every pool point measured once, then the 5 fastest and the default "
+              "re-timed interleaved, 5 rounds): the re-timed default against the re-timed winner, and where the "
+              "run's wall time went.", "",
+              "| graph | pattern | default (re-timed) ms | winner (re-timed) ms | speedup | wall s | "
+              "space s | legality s | builds s | measure s | re-time s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in res:
+        d, b, ph = r.get("default_retimed_s"), r.get("best_retimed_s"), r.get("phases") or {}
+        lines.append("| " + " | ".join([
+            r["graph"][:40], r["pattern"], f"{d * 1e3:.3f}" if d else "-", f"{b * 1e3:.3f}" if b else "-",
+            f"{d / b:.3f}" if d and b else "-", f"{r['pool_wall_s']:.0f}",
+            *[f"{ph[k]:.0f}" if k in ph else "-" for k in ("space", "legal", "build", "measure", "retime")]]) + " |")
+    lines.append("")
     if "random" in searchers:
         for s in searchers:
             if s != "random":
@@ -234,6 +252,7 @@ def main(argv=None) -> int:
     p.add_argument("--graphs", default="all")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--jsonl", type=Path, required=True)
+    p.add_argument("--export", type=Path, help="the re-timed winner as a shipped record (where it beat the default)")
     p = sub.add_parser("replay")
     p.add_argument("--jsonl", type=Path, required=True)
     p.add_argument("--trials", type=int, default=64)

@@ -30,7 +30,7 @@ from akgpy.testing import random_inputs  # noqa: E402
 
 def compiled(g, rule_on: bool, cap: float):
     """(program, isl search lines, seconds) under the rule on or off (full search first)."""
-    scheduler.MAX_SHIFTED_COEFFICIENT = 1 if rule_on else 1 << 62
+    scheduler.MAX_SHIFTED_COEFFICIENT = 1 if rule_on else 1 << 62  # off: the full search first
     scheduler.WALL_CLOCK_GUARD_S = 30.0 if rule_on else cap
     scheduler.ANSWERS.clear()
     t0 = time.perf_counter()

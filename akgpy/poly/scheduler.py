@@ -4,8 +4,8 @@
   its own) run in order, each under its own operation budget (Context.set_max_operations):
   a variant that exhausts its budget hands over to the next. Operations are counted by isl
   itself, so the variant that answers depends on the model alone, never on machine load;
-  a model with a dependence that mixes dims skips the full search, whose time isl's count
-  does not track there (`MAX_SHIFTED_COEFFICIENT`); docs/poly.md ("isl's bounds") has the
+  a model with a dependence that mixes dims and large extents skips the full search, whose
+  time isl's count does not track there (`MAX_SHIFTED_COEFFICIENT`, `MIXED_MAX_SHIFT`); docs/poly.md ("isl's bounds") has the
   measurements behind both rules;
 - a wall-clock guard far above any search the corpus needs (`WALL_CLOCK_GUARD_S`): the
   search runs in a worker process (run_bounded; native code cannot be interrupted from a
@@ -157,9 +157,12 @@ SERIALIZED_MAX_OPERATIONS = 4_000_000
 # isl does not count the integer work of the full search where a dependence equality ties dims
 # with a coefficient other than 0 or 1 (a Reshape that flattens, a row cut into interleaved
 # partials: chunk * 8 + lane): there it ran from 0.01 s to over 20 s within 40k-150k counted
-# operations, and no option or model count told the slow ones apart (docs/poly.md). Such a model
-# skips the full search for the one without constant shifts
+# operations, and no isl option bounded it (docs/poly.md). Such a model skips the full search
+# for the one without constant shifts, unless its shifts are bounded by MIXED_MAX_SHIFT: every
+# corpus search that slow had shifts up to 768 or more, and the NZ softmaxes (shifts up to 32)
+# ran 1.9x slower without theirs
 MAX_SHIFTED_COEFFICIENT = 1
+MIXED_MAX_SHIFT = 512
 # far above the slowest search under the budgets above: only a model whose operations do not
 # track time (a bug to report) reaches it; a kernel built past it is marked non-deterministic
 WALL_CLOCK_GUARD_S = 30.0
@@ -237,13 +240,14 @@ def _search_in_order(ctx: isl.Context, sc: isl.ScheduleConstraints, first: isl.U
 def schedule_in_order(model: PolyModel, deps: Deps, *, biggest: int, input_reuse: bool = True) -> Searched:
     """isl's schedule from the first variant of `searches(biggest)` that answers within its
     operation budget; the full search is skipped where a dependence's coefficient exceeds
-    MAX_SHIFTED_COEFFICIENT. BudgetExhausted when none answers; GuardFired past
+    MAX_SHIFTED_COEFFICIENT and shifts would go above MIXED_MAX_SHIFT. BudgetExhausted when none answers; GuardFired past
     WALL_CLOCK_GUARD_S (read at call time, so a test can lower it)."""
     order, skipped = searches(biggest), None
     coefficient = largest_coefficient(deps)
-    if coefficient > MAX_SHIFTED_COEFFICIENT:
-        skipped = (f"{order[0].name} not tried: a dependence ties dims with coefficient {coefficient}, "
-                   f"where isl's search for constant shifts takes time its operation count does not show")
+    if coefficient > MAX_SHIFTED_COEFFICIENT and biggest > MIXED_MAX_SHIFT:
+        skipped = (f"{order[0].name} not tried: a dependence ties dims with coefficient {coefficient} and "
+                   f"shifts go up to {biggest}, above {MIXED_MAX_SHIFT}, where isl's search for them takes "
+                   "time its operation count does not show")
         order = order[1:]
     first, sc = schedule_constraints(model, deps, input_reuse)
     key = (sc.to_str(), "" if first is None else first.to_str(),

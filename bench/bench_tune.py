@@ -236,10 +236,15 @@ def cmd_live(args) -> int:
     return 0
 
 
+# a winner re-timed less than this much faster than the default is within this machine's noise
+EXPORT_MIN_SPEEDUP = 1.03
+
+
 def export(directory: Path, g, r) -> Path | None:
-    """The winner as a shipped schedule record (only where it beats the default)."""
+    """The winner as a shipped schedule record, only where its re-timing beats the default's
+    by EXPORT_MIN_SPEEDUP."""
     from akgpy.tune import schedules
-    if r.best_trial == 0:
+    if r.best_trial == 0 or not r.speedup or r.speedup < EXPORT_MIN_SPEEDUP:
         return None
     return schedules.write(directory, schedules.from_result(g, r))
 

@@ -68,9 +68,8 @@ class SchedulePath:
     fallback: str | None = None  # why the poly schedule fell back to plain; None when it did not
     isl_tree_as_is: str | None = None  # why the tree passes' result was not used; None when it was
     dropped_marks: int = 0  # parallel/vector marks the legality check refused
-    # why a time bound decided: the wall-clock guard (poly/scheduler.WALL_CLOCK_GUARD_S), or the
-    # CPU-time bound of a full search isl's operation count cannot bound (FULL_CPU_S); None when
-    # only counts did, so the same graph, target and config give this kernel on any machine load
+    # why the wall-clock guard (poly/scheduler.WALL_CLOCK_GUARD_S) decided; None when only counts
+    # did, so the same graph, target and config give this kernel on any machine load
     guard: str | None = None
 
     @property
@@ -183,7 +182,7 @@ def poly_schedule(low: Lowered, cfg: ScheduleConfig, target: Target, *,
     if opts.rounding_chains:
         new_func = new_func.with_attr(LATENCY_ATTR, True)
         codegen_notes = [*codegen_notes, f"float16 rounding chains ({', '.join(sorted(opts.rounding_chains))}): "
-                         "LLVM's instruction scheduler asked for parallelism over register pressure (targets/llvm.py)"]
+                         "LLVM's instruction scheduler asked for parallelism over register pressure (targets/cpu/llvm.py)"]
     t2 = time.perf_counter()
     report[:0] = [f"schedule path: poly/isl-ast: loop nest generated from the isl AST of the final schedule "
                   f"({len(model.statements)} statements; isl {1e3 * (t1 - t0):.0f} ms, passes+codegen "
@@ -221,9 +220,10 @@ def _isl_schedule(low: Lowered, cfg: ScheduleConfig, target: Target, report: lis
     (`~16754049541375441580`, `~17435194477088541004`) ran 1.09-1.14x slower without their
     shifts; nor does the serialized one: on yolo ~3153 the full search gave code 3x faster.
     Budgets count isl's own operations, so the variant depends on the model alone, not on
-    the machine's load; explain() says which variant answered and which ran out. (Where a
-    dependence mixes dims, isl's count does not track the full search's time and a CPU-time
-    bound decides: the kernel's SchedulePath is then marked not deterministic.)"""
+    the machine's load; explain() says which variant answered and which ran out. Where a
+    dependence mixes dims, isl's count does not track the full search's time, so a rule over
+    the model (poly/scheduler: a coefficient above 1 and shifts above 512) skips the full
+    search; only the wall-clock safety net, when it fires, marks a kernel not deterministic."""
     func, inlined, rfactored, chunked, math = _prepass(low, cfg, target)
     check_size(statement_count(func))
     model = extract(func, low.roles)

@@ -161,6 +161,23 @@ def test_a_parallel_mark_on_a_dependence_carrying_member_is_illegal(spaces):
                 assert sp.legal({d.name: v}) == (True, ""), (d.name, v)
 
 
+def test_a_build_worker_refuses_what_legal_refuses(spaces):
+    """run_build with BuildJob.legal judges the schedule it builds by Space.legal's rule: the
+    dependence-carrying parallel mark comes back "illegal" with no artifact, a listed value builds."""
+    from akgpy.tune.executor import BuildJob, config_to_json, run_build
+    sp = spaces("column_sum")
+    band = next(b for b in sp.bands.values() if b.key.startswith("own:") and b.may_parallel
+                and not all(b.coincident))
+    text = sp.graph.to_composite()
+    bad = {f"{band.key}/parallel": band.coincident.index(False)}
+    r = run_build(BuildJob(1, text, config_to_json(sp.config(bad)), legal=True))
+    assert r.status == "illegal" and r.artifact is None and "carries" in r.error, (r.status, r.error)
+    assert run_build(BuildJob(1, text, config_to_json(sp.config(bad)), legal=False)).status == "ok"
+    good = next(d for d in sp.dimensions if d.name.endswith("/parallel"))
+    r = run_build(BuildJob(2, text, config_to_json(sp.config({good.name: good.values[1]})), legal=True))
+    assert r.status == "ok" and r.manifest, (r.status, r.error)
+
+
 def test_contraction_register_tile_and_packing_are_dimensions(spaces):
     sp = spaces("matmul_epilogue")
     names = {d.name.rsplit("/", 1)[1] for d in sp.dimensions if d.name.startswith("contract:")}

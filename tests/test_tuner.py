@@ -108,6 +108,58 @@ def test_trial_budget_default_first_illegal_never_built(fake_space, search):
     assert 0 in r.retimed
 
 
+class BuildCheckedSpace(FakeSpace):
+    """FakeSpace whose scheduling half of legality runs in the build workers: a == 32 is out
+    of domain (refused by `precheck` before anything is built), a == 16 is refused by the build."""
+    build_checks_legality = True
+
+    def __init__(self):
+        self.legal_calls = 0
+
+    def legal(self, point):
+        self.legal_calls += 1
+        return super().legal(point)
+
+    def precheck(self, point):
+        return (False, "a=32 is out of domain", None) if point["a"] == 32 else (True, "", Cfg(point))
+
+
+class LegalityInBuild(FakeExecutor):
+    """Refuses a == 16 as "illegal" where a job asks for the legality check."""
+
+    def __init__(self):
+        super().__init__()
+        self.jobs = []
+
+    def build(self, jobs):
+        self.jobs += jobs
+        ok = [j for j in jobs if not (j.legal and j.config["a"] == 16)]
+        results = {r.trial: r for r in super().build(ok)}
+        return [results.get(j.trial) or BuildResult(j.trial, "illegal", error="a=16 carries a dependence")
+                for j in jobs]
+
+
+@pytest.mark.parametrize("search", ["random", "model"])
+def test_legality_is_checked_in_the_build_and_illegal_points_are_never_measured(monkeypatch, search):
+    sp = BuildCheckedSpace()
+    monkeypatch.setattr(tuner, "space_for", lambda g, t: sp)
+    monkeypatch.setattr(tuner, "config_from_json", lambda d: d)
+    ex = LegalityInBuild()
+    r = _tune(ex, trials=30, search=search)  # more than the 16 legal points: the pool is exhausted
+    assert sp.legal_calls == 0, "the tuner scheduled a point in its own process"
+    assert [j.legal for j in ex.jobs] == [j.trial != 0 for j in ex.jobs]  # the default is not judged
+    assert {tuple(sorted(t.point.items())) for t in r.trials} == \
+        {(("a", a), ("b", b)) for a in FakeSpace.dimensions[0].values for b in FakeSpace.dimensions[1].values}
+    by_a = {a: [t for t in r.trials if t.point["a"] == a] for a in (16, 32)}
+    assert [t.status for t in by_a[16] + by_a[32]] == ["illegal"] * 8
+    assert all("carries" in t.error and t.phase == "legal" for t in by_a[16])
+    assert all("out of domain" in t.error and t.phase == "legal" for t in by_a[32])
+    assert not {c["a"] for c in ex.built} & {16, 32}
+    assert not {t.index for t in by_a[16]} & set(ex.measured), "an illegal point was measured"
+    assert sum(t.status != "illegal" for t in r.trials) == 16 == sum(t.status == "ok" for t in r.trials)
+    assert r.best_config == {"a": 8, "b": 0}
+
+
 def test_never_slower_than_the_default(fake_space):
     r = _tune(FakeExecutor(slow_others=True), trials=6)
     assert r.best_trial == 0 and r.best_config == {"a": 4, "b": 0}

@@ -31,19 +31,24 @@ STARTUP_TIMEOUT_S = 120.0
 @dataclass(frozen=True)
 class BuildJob:
     """Compile `graph` (composite JSON text) with `config` (ScheduleConfig JSON) for `target`
-    (a target spec `resolve_target` accepts, as JSON)."""
+    (a target spec `resolve_target` accepts, as JSON). `legal`: judge the kernel it schedules
+    (tune/space.problem_of) and answer "illegal" instead of an artifact where it is not what the
+    config asked for: the legality check reuses the build's schedule, in parallel."""
     trial: int
     graph: str
     config: dict
     target: Any = None
     schedule: str = "poly"
     timeout_s: float = BUILD_TIMEOUT_S
+    legal: bool = False
 
 
 @dataclass
 class BuildResult:
     trial: int
-    status: str  # "ok" | "error" (the compiler refused) | "crash" (worker died) | "timeout"
+    # "ok" | "illegal" (BuildJob.legal: not scheduled as asked; no artifact) | "error" (the
+    # compiler refused) | "crash" (worker died) | "timeout"
+    status: str
     artifact: bytes | None = None
     manifest: dict | None = None
     error: str | None = None
@@ -59,8 +64,9 @@ class BuildResult:
 @dataclass(frozen=True)
 class MeasureJob:
     """Check the artifact's outputs against the reference on seeded random inputs, then time
-    it: `warmup` calls, then `repeats` timed calls (the LLC flushed before each when
-    `flush_bytes`). `check=False` skips the reference check (a re-timing of a checked artifact)."""
+    it: at least `warmup` calls and warm-up rounds until the kernel's time settles, then
+    `repeats` samples (the LLC flushed before each call when `flush_bytes`; tune/measure.py).
+    `check=False` skips the reference check (a re-timing of a checked artifact)."""
     trial: int
     graph: str
     artifact: bytes
@@ -83,6 +89,9 @@ class MeasureResult:
     started: float = 0.0
     finished: float = 0.0
     machine: str = ""
+    warmup_calls: int = 0  # untimed calls before the first sample (until two warm-up medians agreed)
+    inner: int = 1  # calls per sample: each of `times` is the mean of this many calls
+    retaken: int = 0  # samples taken again because the measurer was preempted during them
 
     @property
     def ok(self) -> bool:
@@ -90,11 +99,15 @@ class MeasureResult:
 
     @property
     def median_s(self) -> float | None:
-        if not self.times:
-            return None
-        ts = sorted(self.times)
-        n = len(ts)
-        return ts[n // 2] if n % 2 else 0.5 * (ts[n // 2 - 1] + ts[n // 2])
+        from .measure import median
+        return median(self.times) if self.times else None
+
+    @property
+    def noise_s(self) -> float | None:
+        """The median absolute deviation of `times`: a gain smaller than the two candidates'
+        noise together is a tie (measure.faster)."""
+        from .measure import mad
+        return mad(self.times) if self.times else None
 
 
 class Executor(Protocol):
@@ -128,12 +141,27 @@ def run_build(job: BuildJob) -> BuildResult:
         from ..pipeline import compile_graph
         g = load_composite(job.graph)
         prog = compile_graph(g, resolve(job.target), schedule=job.schedule, config=config_from_json(job.config))
+        problem = job.legal and illegal_because(prog)
+        if problem:
+            return BuildResult(job.trial, "illegal", error=problem, started=started, finished=time.time(),
+                               machine=socket.gethostname())
         blob, manifest = pack_program(prog, job)
     except Exception as e:  # noqa: BLE001 - any failure of one candidate is that trial's result
         return BuildResult(job.trial, "error", error=f"{type(e).__name__}: {e}", started=started,
                            finished=time.time(), machine=socket.gethostname())
     return BuildResult(job.trial, "ok", blob, manifest, started=started, finished=time.time(),
                        machine=socket.gethostname())
+
+
+def illegal_because(prog) -> str | None:
+    """Why a kernel of `prog` is not scheduled as its config asked (tune/space.problem_of);
+    None when every kernel is."""
+    from .space import problem_of
+    for k in prog.kernels:
+        problem = problem_of(k.schedule_path, getattr(k, "_report", None))
+        if problem:
+            return problem
+    return None
 
 
 # --- seams to the other parts of issue 49 (target, config JSON, artifacts) ---

@@ -108,22 +108,34 @@ class Space:
         vector registers, and scheduling it (no machine code) falls back nowhere, keeps the
         tree passes' result, ignores no override and drops no parallel/vector mark (each proved
         with isl to carry no dependence); else (False, why)."""
+        ok, why, cfg = self.precheck(point)
+        if not ok:
+            return False, why
+        probe = self._probe(cfg)
+        return (False, probe.problem) if probe.problem else (True, "")
+
+    # the tuner leaves the scheduling half of `legal` to its build workers (tune/executor.py)
+    build_checks_legality = True
+
+    def precheck(self, point) -> tuple[bool, str, Any]:
+        """The half of `legal` that schedules nothing: (True, "", config) when `point`'s values
+        are in their domains and each contraction's register tile divides its product and fits
+        the vector registers; else (False, why, None)."""
         try:
             cfg = point if not isinstance(point, dict) else self.config(point)
         except CompileError as e:
-            return False, str(e)
+            return False, str(e), None
         for c in cfg.bands:
             if c.register_tile and c.key in self.contractions:
                 rows, cols, lanes, regs = self.contractions[c.key]
                 ti, tv = c.register_tile
                 if rows % ti or cols % (tv * lanes):
                     return False, (f"{c.key}: register tile {ti} x {tv * lanes} does not divide the "
-                                   f"{rows} x {cols} product")
+                                   f"{rows} x {cols} product"), None
                 if ti * tv + tv + 1 > regs:
                     return False, (f"{c.key}: register tile {ti} x {tv} vectors needs {ti * tv + tv + 1} vector "
-                                   f"registers, the target has {regs}")
-        probe = self._probe(cfg)
-        return (False, probe.problem) if probe.problem else (True, "")
+                                   f"registers, the target has {regs}"), None
+        return True, "", cfg
 
     def tir_hash(self, cfg) -> str:
         """SHA-256 of the scheduled TIR of `cfg` (what the backend would build)."""
@@ -306,21 +318,25 @@ class _Prober:
         decided: dict = {}
         mod, report = _schedule(low, cfg, self.target, relower, decided)
         mod = _prepare(mod, low, cfg, self.target)
-        path = schedule_path(mod["main"])
-        problem = None
-        if path.fallback:
-            problem = f"the poly schedule fell back to plain: {path.fallback}"
-        elif path.isl_tree_as_is:
-            problem = f"the tree passes' result was not used: {path.isl_tree_as_is}"
-        elif path.dropped_marks:
-            problem = "; ".join(l for l in report.splitlines() if l.startswith("legality:")) or \
-                f"{path.dropped_marks} parallel/vector mark(s) dropped"
-        else:
-            ignored = [l for l in report.splitlines() if "(tuned)" not in l and " ignored" in l and "tuned" in l]
-            if ignored:
-                problem = "; ".join(ignored)
+        problem = problem_of(schedule_path(mod["main"]), report)
         digest = hashlib.sha256(mod.script().encode()).hexdigest()
         return _Probe(digest, problem, decided, report)
+
+
+def problem_of(path, report: str | None) -> str | None:
+    """Why a kernel scheduled with a tuned config is not what the config asked for, from its
+    SchedulePath and the poly scheduler's report; None when it is. The probes and the build
+    workers (tune/executor.py run_build) judge legality by this one rule."""
+    report = report or ""
+    if path.fallback:
+        return f"the poly schedule fell back to plain: {path.fallback}"
+    if path.isl_tree_as_is:
+        return f"the tree passes' result was not used: {path.isl_tree_as_is}"
+    if path.dropped_marks:
+        return "; ".join(l for l in report.splitlines() if l.startswith("legality:")) or \
+            f"{path.dropped_marks} parallel/vector mark(s) dropped"
+    ignored = [l for l in report.splitlines() if "(tuned)" not in l and " ignored" in l and "tuned" in l]
+    return "; ".join(ignored) or None
 
 
 def _schedule(low, cfg, target, relower, decided):

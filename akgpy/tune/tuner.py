@@ -1,9 +1,12 @@
 """`tune`: search a graph's schedule space for the fastest kernel that matches the reference.
 
 Trial 0 is the target's default config, so the result is never slower than the default. Each
-round asks the searcher for as many points as there are build workers, rejects illegal points
-before they are built (`Space.legal`), builds the rest in parallel, then measures them one at a
-time (tune/executor.py: builds and measurements never overlap). A failed build, a crash, a
+round asks the searcher for as many points as there are build workers, rejects the points whose
+values are out of domain (`Space.precheck`), builds the rest in parallel, and the build workers
+reject the points whose schedule is not what they asked for (the legality check reuses the
+build's schedule; a space without `build_checks_legality` is checked with `Space.legal` in this
+process first). An illegal point is never measured nor counted as a trial. Then the built ones
+are measured one at a time (tune/executor.py: builds and measurements never overlap). A failed build, a crash, a
 hang or a mismatch against the reference is a failed trial and the search goes on. At the end
 the five fastest (and the default) are re-timed interleaved, round after round on one
 machine, and the fastest median of those rounds wins. Ctrl-C stops the search and returns
@@ -172,18 +175,21 @@ def tune(graph, target=None, *, trials: int = 64, time_budget_s: float | None = 
         if progress is not None:
             progress(trial, result)
 
-    def run_round(points: list[dict]) -> None:
+    in_build = bool(getattr(sp, "build_checks_legality", False))
+
+    def run_round(points: list[dict], check: bool = True) -> None:
         trials_ = []
         for point in points:
             cfg = config_to_json(sp.config(point))
             trials_.append(Trial(len(history) + len(trials_), point, cfg, "pending"))
         t_build = time.monotonic()
-        built = ex.build([BuildJob(t.index, text, t.config, tjson, schedule) for t in trials_])
+        built = ex.build([BuildJob(t.index, text, t.config, tjson, schedule, legal=check and in_build)
+                          for t in trials_])
         phases["build"] += time.monotonic() - t_build
         measure_jobs, waiting = [], []
         for t, b in zip(trials_, built):
             if b.status != "ok":
-                t.status, t.error, t.phase = b.status, b.error, "build"
+                t.status, t.error, t.phase = b.status, b.error, "legal" if b.status == "illegal" else "build"
                 continue
             artifacts[t.index] = (b.artifact, b.manifest)
             measure_jobs.append(MeasureJob(t.index, text, b.artifact, b.manifest, tjson, seed=seed, repeats=repeats,
@@ -204,7 +210,7 @@ def tune(graph, target=None, *, trials: int = 64, time_budget_s: float | None = 
     try:
         try:
             default = {d.name: d.values[0] for d in sp.dimensions}  # each dimension lists its default first
-            run_round([default])
+            run_round([default], check=False)
             result.default_time_s = history[0].time_s
             illegal = 0
             while sum(t.status != "illegal" for t in history) < trials:
@@ -217,7 +223,7 @@ def tune(graph, target=None, *, trials: int = 64, time_budget_s: float | None = 
                     if p is None:
                         break
                     t_legal = time.monotonic()
-                    ok, why = sp.legal(p)
+                    ok, why = sp.precheck(p)[:2] if in_build else sp.legal(p)
                     phases["legal"] += time.monotonic() - t_legal
                     if ok:
                         points.append(p)
@@ -229,8 +235,14 @@ def tune(graph, target=None, *, trials: int = 64, time_budget_s: float | None = 
                         break
                 if not points:
                     break
-                illegal = 0
+                before = len(history)
                 run_round(points)
+                if any(t.status != "illegal" for t in history[before:]):
+                    illegal = 0
+                else:
+                    illegal += len(history) - before
+                    if illegal >= MAX_ILLEGAL:
+                        break
         except KeyboardInterrupt:
             result.interrupted = True
         if not result.interrupted:

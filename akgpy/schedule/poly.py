@@ -68,7 +68,7 @@ class SchedulePath:
     fallback: str | None = None  # why the poly schedule fell back to plain; None when it did not
     isl_tree_as_is: str | None = None  # why the tree passes' result was not used; None when it was
     dropped_marks: int = 0  # parallel/vector marks the legality check refused
-    # why the wall-clock guard (poly/scheduler.WALL_CLOCK_GUARD_S) decided; None when only counts
+    # why a wall-clock safety net (poly/scheduler: WALL_CLOCK_GUARD_S, MIXED_FULL_GUARD_S) decided; None when only counts
     # did, so the same graph, target and config give this kernel on any machine load
     guard: str | None = None
 

@@ -84,3 +84,101 @@ def test_flush_only_when_the_data_fits_the_llc():
     assert measure.flush_bytes_for(1 << 30, 32 << 20) == 0
     assert measure.flush_bytes_for(1 << 20, 32 << 20) == 64 << 20
     assert measure.flush_bytes_for(1 << 20, 480 << 20) == measure.FLUSH_CAP_BYTES
+
+
+class FakeKernel:
+    """A kernel on a virtual clock: its first `slow` calls take `slow_s`, the rest `fast_s`.
+    `preempt_at`: the calls during which another process takes the core (they take `slow_s`
+    too, and the involuntary-switch counter moves)."""
+
+    def __init__(self, slow: int, slow_s: float = 5e-3, fast_s: float = 2e-3, preempt_at=()):
+        self.slow, self.slow_s, self.fast_s, self.preempt_at = slow, slow_s, fast_s, set(preempt_at)
+        self.now, self.calls, self.switched = 0.0, 0, 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def switches(self) -> int:
+        return self.switched
+
+    def __call__(self) -> None:
+        slow = self.calls < self.slow or self.calls in self.preempt_at
+        if self.calls in self.preempt_at:
+            self.switched += 1
+        self.now += self.slow_s if slow else self.fast_s
+        self.calls += 1
+
+
+def test_warmup_runs_until_the_kernel_settles():
+    """The first 7 calls are 2.5x slower (pool spin-up, first touch): none of them is a sample,
+    however small `warmup` is, and the samples are the steady time."""
+    k = FakeKernel(slow=7)
+    tm = measure.time_kernel(k, warmup=1, repeats=5, flush_bytes=0, clock=k.clock, switches=k.switches)
+    assert tm.warmup_calls >= 7
+    assert tm.times == [pytest.approx(2e-3)] * 5
+    # the old rule (a fixed `warmup` of 2, then time) would have timed slow calls
+    assert tm.warmup_calls > 2
+
+
+def test_warmup_stops_once_two_rounds_agree():
+    k = FakeKernel(slow=0)
+    tm = measure.time_kernel(k, warmup=2, repeats=3, flush_bytes=0, clock=k.clock, switches=k.switches)
+    assert tm.warmup_calls == 2 + 2 * measure.WARMUP_ROUND
+
+
+def test_short_calls_are_repeated_to_a_minimum_sample_time():
+    k = FakeKernel(slow=0, fast_s=1e-4)
+    tm = measure.time_kernel(k, warmup=1, repeats=4, flush_bytes=0, clock=k.clock, switches=k.switches)
+    assert tm.inner == 10  # 10 x 0.1 ms >= MIN_SAMPLE_S
+    assert tm.times == [pytest.approx(1e-4)] * 4
+    assert k.calls == tm.warmup_calls + 4 * 10
+
+
+def test_a_preempted_sample_is_taken_again():
+    """Calls 9 and 11 (samples, after 8 warm-up calls) are preempted (2.5x slower, a switch):
+    retaken, not reported."""
+    k = FakeKernel(slow=0, preempt_at=(9, 11))
+    tm = measure.time_kernel(k, warmup=2, repeats=6, flush_bytes=0, clock=k.clock, switches=k.switches)
+    assert tm.warmup_calls == 8 and k.calls == 8 + 6 + 2
+    assert tm.retaken == 2
+    assert tm.times == [pytest.approx(2e-3)] * 6
+
+
+def test_preemption_retakes_are_bounded():
+    """On a machine that preempts every call the measurement still ends, with the slow samples."""
+    k = FakeKernel(slow=0, preempt_at=range(1000))
+    tm = measure.time_kernel(k, warmup=1, repeats=3, flush_bytes=0, clock=k.clock, switches=k.switches)
+    assert tm.retaken == 3 and len(tm.times) == 3
+
+
+def test_noise_is_the_median_absolute_deviation():
+    from akgpy.tune.executor import MeasureResult
+    m = MeasureResult(0, "ok", [1.0, 1.1, 0.9, 1.05, 3.0])
+    assert m.median_s == pytest.approx(1.05)
+    assert m.noise_s == pytest.approx(0.05)  # |dev| = .05 .05 .15 0 1.95 -> median .05
+    assert MeasureResult(0, "error").noise_s is None
+
+
+def test_a_win_must_exceed_the_noise():
+    default = [1.00, 1.02, 0.98, 1.01, 0.99]  # MAD 0.01
+    tie = [0.985, 1.005, 0.965, 0.995, 0.975]  # 1.5% faster, inside the noise bands
+    win = [0.90, 0.91, 0.89, 0.905, 0.895]
+    assert not measure.faster(tie, default)
+    assert measure.faster(win, default)
+    assert not measure.faster(default, win)
+    assert measure.winner({0: default, 3: tie}, 0) == 0
+    assert measure.winner({0: default, 3: tie, 5: win}, 0) == 5
+    # a tiny gain on perfectly quiet samples is still below MIN_GAIN_REL
+    assert measure.winner({0: [1.0] * 3, 1: [0.995] * 3}, 0) == 0
+    with pytest.raises(ValueError, match="default"):
+        measure.winner({1: win}, 0)
+
+
+def test_real_measurement_reports_its_warmup_and_noise(built):
+    g, r = built
+    m = measure.run_measure(MeasureJob(0, g.to_composite(), r.artifact, r.manifest, repeats=5, check=False))
+    assert m.status == "ok", m.error
+    assert m.warmup_calls >= 2 + 2 * measure.WARMUP_ROUND and m.inner >= 1
+    assert m.noise_s is not None and 0 <= m.noise_s < m.median_s
+    # a sample is at least MIN_SAMPLE_S of calls unless the cap on inner calls was reached
+    assert m.median_s * m.inner >= 0.5 * measure.MIN_SAMPLE_S or m.inner == measure.MAX_INNER

@@ -99,15 +99,27 @@ class MeasureResult:
 
     @property
     def median_s(self) -> float | None:
-        from .measure import median
         return median(self.times) if self.times else None
 
     @property
     def noise_s(self) -> float | None:
         """The median absolute deviation of `times`: a gain smaller than the two candidates'
         noise together is a tie (measure.faster)."""
-        from .measure import mad
         return mad(self.times) if self.times else None
+
+
+def median(xs: Sequence[float]) -> float:
+    ts = sorted(xs)
+    n = len(ts)
+    if not n:
+        raise ValueError("median of no samples")
+    return ts[n // 2] if n % 2 else 0.5 * (ts[n // 2 - 1] + ts[n // 2])
+
+
+def mad(xs: Sequence[float]) -> float:
+    """Median absolute deviation: the spread of the samples, blind to a few outliers."""
+    m = median(xs)
+    return median([abs(x - m) for x in xs])
 
 
 class Executor(Protocol):

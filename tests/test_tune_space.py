@@ -178,6 +178,45 @@ def test_a_build_worker_refuses_what_legal_refuses(spaces):
     assert r.status == "ok" and r.manifest, (r.status, r.error)
 
 
+def test_probes_on_the_build_workers_give_the_same_space(spaces):
+    """space(probe_many=...) with the tuner's probes on LocalExecutor's workers lists the same
+    dimensions and reshapes as probing here, and every probe came back from a worker."""
+    from akgpy.tune.executor import LocalExecutor
+    from akgpy.tune.tuner import _probe_many
+    g = GRAPHS["layernorm"]()
+    answers = []
+    with LocalExecutor(2) as ex:
+        pm = _probe_many(ex, g.to_composite(), None)
+        sp = space(g, probe_many=lambda cfgs: answers.extend(pm(cfgs)) or answers[-len(cfgs):])
+    want = spaces("layernorm")
+    assert len(answers) > 10 and all(a is not None for a in answers)
+    assert sp.dimensions == want.dimensions
+    assert sp.reshapes.keys() == want.reshapes.keys()
+
+
+def test_a_band_choice_another_value_reshapes_is_refused_before_scheduling(spaces):
+    """A band's order (or parallel member) combined with a value that changes that band's loops
+    is refused by precheck, and scheduling the pair confirms it is illegal."""
+    pairs = []
+    for name in sorted(GRAPHS):
+        sp = spaces(name)
+        listed = {d.name: d.values for d in sp.dimensions}
+        for (dim, value), hit in sp.reshapes.items():
+            for key in hit:
+                for attr in ("order", "parallel"):
+                    other = f"{key}/{attr}"
+                    for v in listed.get(other, ())[1:]:
+                        if other != dim and (attr == "order" or v >= 0):
+                            pairs.append((sp, {dim: value, other: v}))
+    refused = [(sp, p) for sp, p in pairs if not sp.precheck(p)[0]]
+    assert refused, "no test graph has a band choice that another value reshapes"
+    for sp, p in refused[:4]:
+        ok, why = sp.legal(p)
+        assert not ok and "changes the" in why, (p, why)
+        cfg = sp.config(p)
+        assert sp._probe(cfg).problem, (p, "precheck refused a pair that schedules as asked")
+
+
 def test_contraction_register_tile_and_packing_are_dimensions(spaces):
     sp = spaces("matmul_epilogue")
     names = {d.name.rsplit("/", 1)[1] for d in sp.dimensions if d.name.startswith("contract:")}

@@ -148,12 +148,13 @@ def test_legality_is_checked_in_the_build_and_illegal_points_are_never_measured(
     r = _tune(ex, trials=30, search=search)  # more than the 16 legal points: the pool is exhausted
     assert sp.legal_calls == 0, "the tuner scheduled a point in its own process"
     assert [j.legal for j in ex.jobs] == [j.trial != 0 for j in ex.jobs]  # the default is not judged
+    # the prechecked pool holds no a == 32; every other point is tried once
     assert {tuple(sorted(t.point.items())) for t in r.trials} == \
-        {(("a", a), ("b", b)) for a in FakeSpace.dimensions[0].values for b in FakeSpace.dimensions[1].values}
-    by_a = {a: [t for t in r.trials if t.point["a"] == a] for a in (16, 32)}
-    assert [t.status for t in by_a[16] + by_a[32]] == ["illegal"] * 8
+        {(("a", a), ("b", b)) for a in FakeSpace.dimensions[0].values for b in FakeSpace.dimensions[1].values
+         if a != 32}
+    by_a = {a: [t for t in r.trials if t.point["a"] == a] for a in (16,)}
+    assert [t.status for t in by_a[16]] == ["illegal"] * 4
     assert all("carries" in t.error and t.phase == "legal" for t in by_a[16])
-    assert all("out of domain" in t.error and t.phase == "legal" for t in by_a[32])
     assert not {c["a"] for c in ex.built} & {16, 32}
     assert not {t.index for t in by_a[16]} & set(ex.measured), "an illegal point was measured"
     assert sum(t.status != "illegal" for t in r.trials) == 16 == sum(t.status == "ok" for t in r.trials)

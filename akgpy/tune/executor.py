@@ -62,6 +62,29 @@ class BuildResult:
 
 
 @dataclass(frozen=True)
+class ProbeJob:
+    """Schedule `graph` with `config` for `target` without machine code (tune/space.py's probe:
+    the TIR's hash, whether it is legal, the bands' facts); space() sends its probes to the
+    build workers as these."""
+    trial: int
+    graph: str
+    config: dict
+    target: Any = None
+    timeout_s: float = BUILD_TIMEOUT_S
+
+
+@dataclass
+class ProbeResult:
+    trial: int
+    status: str  # "ok" | "error" | "crash" | "timeout"
+    probe: Any = None  # tune/space._Probe
+    error: str | None = None
+    started: float = 0.0
+    finished: float = 0.0
+    machine: str = ""
+
+
+@dataclass(frozen=True)
 class MeasureJob:
     """Check the artifact's outputs against the reference on seeded random inputs, then time
     it: at least `warmup` calls and warm-up rounds until the kernel's time settles, then
@@ -138,15 +161,18 @@ class Executor(Protocol):
 
 def failed(job: BuildJob | MeasureJob, status: str, error: str, started: float = 0.0):
     """The result of a job that produced none (its process died, ran out of time, or refused)."""
-    cls = BuildResult if isinstance(job, BuildJob) else MeasureResult
+    cls = BuildResult if isinstance(job, BuildJob) else ProbeResult if isinstance(job, ProbeJob) else MeasureResult
     return cls(trial=job.trial, status=status, error=error, started=started, finished=time.time(),
                machine=socket.gethostname())
 
 
 # --- the work itself (runs in a worker process) ---
 
-def run_build(job: BuildJob) -> BuildResult:
-    """Compile one job and pack the program; a compiler error is an "error" result."""
+def run_build(job: BuildJob | ProbeJob) -> BuildResult | ProbeResult:
+    """Compile one job and pack the program; a compiler error is an "error" result. A ProbeJob
+    is scheduled only (run_probe)."""
+    if isinstance(job, ProbeJob):
+        return run_probe(job)
     started = time.time()
     try:
         from ..frontends.composite import load_composite
@@ -163,6 +189,21 @@ def run_build(job: BuildJob) -> BuildResult:
                            finished=time.time(), machine=socket.gethostname())
     return BuildResult(job.trial, "ok", blob, manifest, started=started, finished=time.time(),
                        machine=socket.gethostname())
+
+
+# the last graph a worker probed: its lowering and probes are reused by the next ProbeJob
+_PROBER: dict = {}
+
+
+def run_probe(job: ProbeJob) -> ProbeResult:
+    started = time.time()
+    try:
+        from .space import prober_for
+        probe = prober_for(_PROBER, job.graph, job.target)(config_from_json(job.config))
+    except Exception as e:  # noqa: BLE001 - the parent probes it itself
+        return ProbeResult(job.trial, "error", error=f"{type(e).__name__}: {e}", started=started,
+                           finished=time.time(), machine=socket.gethostname())
+    return ProbeResult(job.trial, "ok", probe, started=started, finished=time.time(), machine=socket.gethostname())
 
 
 def illegal_because(prog) -> str | None:
@@ -383,6 +424,11 @@ class LocalExecutor:
     def measure(self, jobs: Sequence[MeasureJob]) -> list[MeasureResult]:
         with self._lock:
             return run_jobs([self._measurer], jobs)
+
+    def probe(self, jobs: Sequence[ProbeJob]) -> list[ProbeResult]:
+        """space()'s probes on the build workers, in parallel."""
+        with self._lock:
+            return run_jobs(self._builders, jobs)
 
     def close(self) -> None:
         for w in [*self._builders, self._measurer]:

@@ -55,6 +55,7 @@ class Space:
         self.dimensions = dimensions
         self.bands = bands  # band key -> BandFacts of the default schedule
         self.contractions = contractions  # contraction key -> (rows, cols, lanes, registers)
+        self.reshapes: dict = {}  # (dimension, value) -> {band key: choices it invalidates}: _reshapes
         self._probe = probe
 
     def __repr__(self):
@@ -125,6 +126,10 @@ class Space:
             cfg = point if not isinstance(point, dict) else self.config(point)
         except CompileError as e:
             return False, str(e), None
+        if isinstance(point, dict):
+            why = self._conflict(point)
+            if why:
+                return False, why, None
         for c in cfg.bands:
             if c.register_tile and c.key in self.contractions:
                 rows, cols, lanes, regs = self.contractions[c.key]
@@ -137,13 +142,32 @@ class Space:
                                    f"registers, the target has {regs}"), None
         return True, "", cfg
 
+    def _conflict(self, point: dict) -> str | None:
+        """Why two values of `point` cannot hold together (see _reshapes); None when they can."""
+        for (name, value), hit in self.reshapes.items():
+            if name not in point or _hashable(point[name]) != value:
+                continue
+            for key, facts in hit.items():
+                order, par = point.get(f"{key}/order"), point.get(f"{key}/parallel")
+                if order is not None and name != f"{key}/order" and (facts is None or facts.dims != self.bands[key].dims):
+                    return (f"{name}={value!r} changes the loops of band {key}: {key}/order={order!r} "
+                            f"names loops that are not there")
+                if par is not None and par >= 0 and name != f"{key}/parallel" and (
+                        facts is None or par >= len(facts.coincident) or not facts.coincident[par]):
+                    return (f"{name}={value!r} changes the members of band {key}: {key}/parallel={par!r} "
+                            f"names no parallel member there")
+        return None
+
     def tir_hash(self, cfg) -> str:
         """SHA-256 of the scheduled TIR of `cfg` (what the backend would build)."""
         return self._probe(cfg).script_hash
 
 
-def space(graph, target=None) -> Space:
-    """The search space of `graph` (a Graph or composite JSON) on `target` (see the module doc)."""
+def space(graph, target=None, *, probe_many=None) -> Space:
+    """The search space of `graph` (a Graph or composite JSON) on `target` (see the module doc).
+    `probe_many(configs) -> [_Probe or None]`: where the candidate values are probed (the
+    tuner's build workers, in parallel: tune/executor.py ProbeJob); None: here, one at a time.
+    A value it returns None for is probed here."""
     from ..frontends.composite import load_composite
     from ..graph.ir import Graph
     from ..target import resolve_target
@@ -152,37 +176,78 @@ def space(graph, target=None) -> Space:
     tgt = resolve_target(target)
     base = _default_config(tgt)
     probe = _Prober(g, tgt)
-    first = probe(base)
-    if first.problem and "fell back" in first.problem:
-        pass  # the plain schedule: only the global knobs (and contractions) can change it
-    dims: list[Dimension] = []
-    for name, dom in base.domains().items():
-        if name in NOT_SEARCHED or _is_fact(name):
-            continue
-        d = _probed(probe, first, base, name, getattr(base, name), _candidates(dom, getattr(base, name)),
-                    lambda v, name=name: base.replace(**{name: v}))
-        if d is not None:
-            dims.append(d)
+    first = probe(base)  # here: the bands it finds choose the candidates
     contractions = _contractions(probe, base, tgt)
     space_ = Space(g, tgt, base, [], first.bands, contractions, probe)
-    for key, facts in first.bands.items():
-        for attr, values in _band_candidates(facts).items():
-            name = f"{key}/{attr}"
-            d = _probed(probe, first, base, name, None, values,
-                        lambda v, name=name: space_.config({name: v}))
-            if d is not None:
-                dims.append(d)
+    # (name, default, candidate values, config of a value), in the order dimensions are listed
+    asks: list = []
+    for name, dom in base.domains().items():
+        if name not in NOT_SEARCHED and not _is_fact(name):
+            asks.append((name, getattr(base, name), _candidates(dom, getattr(base, name)),
+                         lambda v, name=name: base.replace(**{name: v})))
+    band_values = [(f"{key}/{attr}", values) for key, facts in first.bands.items()
+                   for attr, values in _band_candidates(facts).items()]
     for key, (rows, cols, lanes, regs) in contractions.items():
         tiles = [(ti, tv) for tv in range(1, 9) for ti in range(1, 17)
                  if rows % ti == 0 and cols % (tv * lanes) == 0 and ti * tv + tv + 1 <= regs]
         tiles = sorted(tiles, key=lambda t: (-t[0] * t[1], -t[0]))[:MAX_VALUES]
-        for attr, values in (("register_tile", tiles), ("pack", [True, False])):
-            name = f"{key}/{attr}"
-            d = _probed(probe, first, base, name, None, values, lambda v, name=name: space_.config({name: v}))
-            if d is not None:
-                dims.append(d)
+        band_values += [(f"{key}/register_tile", tiles), (f"{key}/pack", [True, False])]
+    asks += [(name, None, values, lambda v, name=name: space_.config({name: v})) for name, values in band_values]
+    if probe_many is not None:
+        probe.prefill([cfg for name, default, values, make in asks for cfg in _configs(values, default, make)],
+                      probe_many)
+    dims: list[Dimension] = []
+    probes: dict = {}
+    for name, default, values, make in asks:
+        d = _probed(probe, first, base, name, default, values, make, probes)
+        if d is not None:
+            dims.append(d)
     space_.dimensions = dims
+    space_.reshapes = _reshapes(first.bands, probes)
     return space_
+
+
+def _configs(values, default, make) -> list:
+    out = []
+    for v in values:
+        if v != default:
+            try:
+                out.append(make(v))
+            except CompileError:
+                pass
+    return out
+
+
+def prober_for(cache: dict, graph_text: str, target) -> "_Prober":
+    """The _Prober of composite JSON `graph_text` on `target` (a Target's JSON or a spec), kept
+    in `cache` (one graph at a time: a build worker's) so its lowering and probes are reused."""
+    from ..frontends.composite import load_composite
+    from ..target import Target, resolve_target
+    import json
+    key = (hashlib.sha256(graph_text.encode()).hexdigest(), json.dumps(target, sort_keys=True, default=str))
+    if key not in cache:
+        cache.clear()
+        tgt = Target.from_json(target) if isinstance(target, dict) and "vector_bytes" in target else target
+        cache[key] = _Prober(load_composite(graph_text), resolve_target(tgt))
+    return cache[key]
+
+
+def _reshapes(bands: dict, probes: dict) -> dict:
+    """{(dimension, value): {band key: its BandFacts under that value, None where the band is
+    gone}} for the bands a value changes. A per-band order indexes the band's loops and a
+    parallel choice its generated members: with a value that changes the loops (a global fusion
+    depth, a tile) or makes the member carry a dependence (another order), such a choice names
+    loops that are not there, and the pair is illegal in any combination (Space._conflict)."""
+    out: dict = {}
+    for (name, value), p in probes.items():
+        hit = {key: p.bands.get(key) for key, b in bands.items() if p.bands.get(key) != b}
+        if hit:
+            out[(name, _hashable(value))] = hit
+    return out
+
+
+def _hashable(v):
+    return tuple(_hashable(x) for x in v) if isinstance(v, (list, tuple)) else v
 
 
 def _default_config(tgt):
@@ -201,9 +266,10 @@ def _is_fact(name: str) -> bool:
     return bool(f.metadata.get("fact"))
 
 
-def _probed(probe, first: _Probe, base, name: str, default, values, make) -> Dimension | None:
+def _probed(probe, first: _Probe, base, name: str, default, values, make, probes: dict) -> Dimension | None:
     """The dimension `name` with the values (default first) whose legal schedules differ from
-    the default's and from each other; None when no value does."""
+    the default's and from each other; None when no value does. Each kept value's probe goes
+    into `probes[(name, value)]`."""
     seen = {first.script_hash}
     kept = []
     for v in values:
@@ -218,6 +284,7 @@ def _probed(probe, first: _Probe, base, name: str, default, values, make) -> Dim
             continue
         seen.add(p.script_hash)
         kept.append(v)
+        probes[(name, v)] = p
     return Dimension(name, (default, *kept)) if kept else None
 
 
@@ -306,11 +373,28 @@ class _Prober:
         return self._low[collapse]
 
     def __call__(self, cfg) -> _Probe:
-        import json
-        key = json.dumps(cfg.to_json(), sort_keys=True)
+        key = self._key(cfg)
         if key not in self._seen:
             self._seen[key] = self._run(cfg)
         return self._seen[key]
+
+    @staticmethod
+    def _key(cfg) -> str:
+        import json
+        return json.dumps(cfg.to_json(), sort_keys=True)
+
+    def prefill(self, cfgs: list, probe_many) -> None:
+        """Probe the configs not seen yet through `probe_many` (elsewhere, in parallel) and
+        remember what it answered; a config it answers None for is probed here when asked."""
+        todo = {}
+        for cfg in cfgs:
+            todo.setdefault(self._key(cfg), cfg)
+        todo = {k: c for k, c in todo.items() if k not in self._seen}
+        if not todo:
+            return
+        for key, p in zip(todo, probe_many(list(todo.values()))):
+            if p is not None:
+                self._seen[key] = p
 
     def _run(self, cfg) -> _Probe:
         from ..schedule.poly import schedule_path

@@ -23,6 +23,7 @@ from .executor import BuildJob, MeasureJob, config_from_json, config_to_json, ta
 
 TOP = 5  # candidates re-timed interleaved before a winner is kept
 RETIME_ROUNDS = 5
+PRECHECK_DRAW = 16  # candidates drawn per pool point kept: most of a big space fails the precheck
 MAX_ILLEGAL = 1000  # illegal points in a row before the space is taken as exhausted
 
 
@@ -61,14 +62,27 @@ class TuneResult:
         return self.default_time_s / self.best_time_s
 
 
-def space_for(graph, target):
-    """The graph's search space: `akgpy.tune.space` (tune/space.py), or, where that is absent,
-    a few global knobs of the target's default config (no relevance probe)."""
+def space_for(graph, target, probe_many=None):
+    """The graph's search space: `akgpy.tune.space` (tune/space.py; its probes through
+    `probe_many` where given), or, where that is absent, a few global knobs of the target's
+    default config (no relevance probe)."""
     try:
         from .space import space
     except ImportError:
         return _KnobSpace(target)
-    return space(graph, target)
+    return space(graph, target, probe_many=probe_many)
+
+
+def _probe_many(ex, graph_text: str, tjson):
+    """space()'s probes on the executor's build workers (None where it has none)."""
+    if getattr(ex, "probe", None) is None:
+        return None
+    from .executor import ProbeJob
+
+    def probe_many(cfgs):
+        results = ex.probe([ProbeJob(i, graph_text, config_to_json(c), tjson) for i, c in enumerate(cfgs)])
+        return [r.probe if r.status == "ok" else None for r in results]
+    return probe_many
 
 
 @dataclass(frozen=True)
@@ -147,20 +161,28 @@ def tune(graph, target=None, *, trials: int = 64, time_budget_s: float | None = 
         raise AkgpyError(f"tune: trials must be a positive int, got {trials!r}")
     if time_budget_s is not None and not time_budget_s > 0:
         raise AkgpyError(f"tune: time_budget_s must be > 0 seconds, got {time_budget_s!r}")
+    if pool_size is not None and (not isinstance(pool_size, int) or isinstance(pool_size, bool) or pool_size < 1):
+        raise AkgpyError(f"tune: pool_size must be a positive int, got {pool_size!r}")
     t0 = time.monotonic()
     g = graph if isinstance(graph, Graph) else load_composite(graph)
     tgt = _resolve_target(target)
-    sp = space_for(g, tgt)
-    phases = {"space": time.monotonic() - t0, "legal": 0.0, "build": 0.0, "measure": 0.0, "retime": 0.0}
-    if pool_size is not None and (not isinstance(pool_size, int) or isinstance(pool_size, bool) or pool_size < 1):
-        raise AkgpyError(f"tune: pool_size must be a positive int, got {pool_size!r}")
-    searcher = make_searcher(search or DEFAULT_SEARCH, sp.dimensions, seed,
-                             pool_size=pool_size or max(POOL_SIZE, 4 * trials))
-    own = executor is None
-    ex = executor or LocalExecutor(workers)
-    batch = max(1, workers or getattr(ex, "n_workers", 1))
     # jobs carry the target as the caller named it: compile_graph resolves it in the worker
     text, tjson = g.to_composite(), target_json(target)
+    own = executor is None
+    ex = executor or LocalExecutor(workers)
+    try:
+        probe_many = _probe_many(ex, text, tjson)
+        sp = space_for(g, tgt, probe_many) if probe_many else space_for(g, tgt)
+        phases = {"space": time.monotonic() - t0, "legal": 0.0, "build": 0.0, "measure": 0.0, "retime": 0.0}
+        size = pool_size or max(POOL_SIZE, 4 * trials)
+        in_build = bool(getattr(sp, "build_checks_legality", False))
+        searcher = make_searcher(search or DEFAULT_SEARCH, sp.dimensions, seed, pool_size=size,
+                                 pool=_prechecked_pool(sp, size, seed) if in_build else None)
+    except BaseException:
+        if own:
+            ex.close()
+        raise
+    batch = max(1, workers or getattr(ex, "n_workers", 1))
     flush = _flush_bytes(g, tgt)
     history: list[Trial] = []
     result = TuneResult(g.hash(), tgt, None, None, None, 0, history, dimensions=list(sp.dimensions), phases=phases)
@@ -174,8 +196,6 @@ def tune(graph, target=None, *, trials: int = 64, time_budget_s: float | None = 
             result.best_time_s, result.best_trial = trial.time_s, trial.index
         if progress is not None:
             progress(trial, result)
-
-    in_build = bool(getattr(sp, "build_checks_legality", False))
 
     def run_round(points: list[dict], check: bool = True) -> None:
         trials_ = []
@@ -263,6 +283,16 @@ def tune(graph, target=None, *, trials: int = 64, time_budget_s: float | None = 
     result.wall_s = time.monotonic() - t0
     result.record = _store(cache, g, target, result, artifacts.get(result.best_trial), schedule)
     return result
+
+
+def _prechecked_pool(sp, size: int, seed: int) -> list[dict]:
+    """`size` candidate points that pass `sp.precheck` (drawn from a seeded pool PRECHECK_DRAW x as large),
+    so the searcher's pool holds no point refused without a schedule (a band choice that
+    another value of the point invalidates: Space.reshapes)."""
+    from .search import candidate_pool
+    drawn = candidate_pool(sp.dimensions, PRECHECK_DRAW * size, seed)
+    kept = [p for p in drawn if sp.precheck(p)[0]]
+    return kept[:size] or drawn[:size]
 
 
 def _flush_bytes(g, target) -> int:

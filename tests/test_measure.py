@@ -87,8 +87,9 @@ def test_flush_only_when_the_data_fits_the_llc():
 
 
 class FakeKernel:
-    """A kernel on a virtual clock: its first `slow` calls take `slow_s`, the rest `fast_s`.
-    `preempt_at`: the calls during which another process takes the core (they take `slow_s`
+    """A kernel on a virtual clock: its first `slow` calls start at `slow_s` and halve their
+    excess over `fast_s` call after call (a pool spinning up, pages faulting in), the rest
+    take `fast_s`. `preempt_at`: the calls during which another process takes the core (they take `slow_s`
     too, and the involuntary-switch counter moves)."""
 
     def __init__(self, slow: int, slow_s: float = 5e-3, fast_s: float = 2e-3, preempt_at=()):
@@ -102,10 +103,13 @@ class FakeKernel:
         return self.switched
 
     def __call__(self) -> None:
-        slow = self.calls < self.slow or self.calls in self.preempt_at
         if self.calls in self.preempt_at:
             self.switched += 1
-        self.now += self.slow_s if slow else self.fast_s
+            self.now += self.slow_s
+        elif self.calls < self.slow:
+            self.now += self.fast_s + (self.slow_s - self.fast_s) * 0.5 ** self.calls
+        else:
+            self.now += self.fast_s
         self.calls += 1
 
 
@@ -126,6 +130,12 @@ def test_warmup_stops_once_two_rounds_agree():
     assert tm.warmup_calls == 2 + 2 * measure.WARMUP_ROUND
 
 
+def test_a_settled_program_skips_the_warmup_rounds():
+    k = FakeKernel(slow=0)
+    tm = measure.time_kernel(k, warmup=1, repeats=3, flush_bytes=0, settled=4, clock=k.clock, switches=k.switches)
+    assert tm.warmup_calls == 1 and tm.inner == 4 and k.calls == 1 + 3 * 4
+
+
 def test_short_calls_are_repeated_to_a_minimum_sample_time():
     k = FakeKernel(slow=0, fast_s=1e-4)
     tm = measure.time_kernel(k, warmup=1, repeats=4, flush_bytes=0, clock=k.clock, switches=k.switches)
@@ -135,11 +145,12 @@ def test_short_calls_are_repeated_to_a_minimum_sample_time():
 
 
 def test_a_preempted_sample_is_taken_again():
-    """Calls 9 and 11 (samples, after 8 warm-up calls) are preempted (2.5x slower, a switch):
-    retaken, not reported."""
-    k = FakeKernel(slow=0, preempt_at=(9, 11))
+    """Two sample calls (after the warm-up) are preempted (2.5x slower, a switch): retaken,
+    not reported."""
+    first = 2 + 2 * measure.WARMUP_ROUND
+    k = FakeKernel(slow=0, preempt_at=(first + 1, first + 3))
     tm = measure.time_kernel(k, warmup=2, repeats=6, flush_bytes=0, clock=k.clock, switches=k.switches)
-    assert tm.warmup_calls == 8 and k.calls == 8 + 6 + 2
+    assert tm.warmup_calls == first and k.calls == first + 6 + 2
     assert tm.retaken == 2
     assert tm.times == [pytest.approx(2e-3)] * 6
 
@@ -147,8 +158,8 @@ def test_a_preempted_sample_is_taken_again():
 def test_preemption_retakes_are_bounded():
     """On a machine that preempts every call the measurement still ends, with the slow samples."""
     k = FakeKernel(slow=0, preempt_at=range(1000))
-    tm = measure.time_kernel(k, warmup=1, repeats=3, flush_bytes=0, clock=k.clock, switches=k.switches)
-    assert tm.retaken == 3 and len(tm.times) == 3
+    tm = measure.time_kernel(k, warmup=1, repeats=6, flush_bytes=0, clock=k.clock, switches=k.switches)
+    assert tm.retaken == 3 and len(tm.times) == 6
 
 
 def test_noise_is_the_median_absolute_deviation():
@@ -180,5 +191,7 @@ def test_real_measurement_reports_its_warmup_and_noise(built):
     assert m.status == "ok", m.error
     assert m.warmup_calls >= 2 + 2 * measure.WARMUP_ROUND and m.inner >= 1
     assert m.noise_s is not None and 0 <= m.noise_s < m.median_s
+    again = measure.run_measure(MeasureJob(1, g.to_composite(), r.artifact, r.manifest, repeats=3, check=False))
+    assert again.ok and again.warmup_calls == 2 and again.inner == m.inner  # warmed up once per program
     # a sample is at least MIN_SAMPLE_S of calls unless the cap on inner calls was reached
     assert m.median_s * m.inner >= 0.5 * measure.MIN_SAMPLE_S or m.inner == measure.MAX_INNER

@@ -8,12 +8,13 @@ a mismatch is a failed trial, never timed, so it cannot win. Then the kernels al
 after writing a `flush_bytes` buffer when the kernel's data fits in the LLC, so every call
 starts from memory as a kernel inside a model does (`time_kernel`):
 
-- warm-up: `warmup` calls, then rounds of WARMUP_ROUND calls until two successive rounds'
-  medians agree within STABLE_REL (the thread pool, first-touch faults and the caches settle);
+- warm-up: `warmup` calls, then (the first time this process measures the program) rounds of
+  WARMUP_ROUND calls until two successive rounds' medians agree within STABLE_REL (the thread
+  pool, first-touch faults and the caches settle);
 - each sample is the mean of `inner` calls, enough for MIN_SAMPLE_S of kernel time;
 - a sample during which the measurer was preempted (an involuntary context switch: another
-  process took the core, which on a shared machine doubles a call) is taken again, up to
-  `repeats` times per measurement;
+  process took the core, which on a shared machine doubles a call or worse) is taken again, up
+  to half of `repeats` times per measurement (under sustained load no retake is cleaner);
 - the result carries the median absolute deviation of the samples (MeasureResult.noise_s), and
   `faster` / `winner` declare a win only beyond the measured noise.
 """
@@ -44,17 +45,21 @@ MAX_INNER = 64
 # with a flush before every call a sample's flushes cost far more than its calls: fewer of them
 MAX_INNER_FLUSHED = 8
 # warm-up rounds: WARMUP_ROUND single calls each, until two rounds' medians agree within
-# STABLE_REL, at most MAX_WARMUP_ROUNDS rounds or MAX_WARMUP_S seconds of calls
-WARMUP_ROUND = 3
+# STABLE_REL, at most MAX_WARMUP_ROUNDS rounds or MAX_WARMUP_S seconds of calls; only the first
+# time a program is measured in this process (later jobs find its pool and code warm)
+WARMUP_ROUND = 2
 STABLE_REL = 0.05
 MAX_WARMUP_ROUNDS = 8
 MAX_WARMUP_S = 2.0
+# under sustained load every sample is preempted: retaking more than this only doubles the cost
+MAX_RETAKE_SHARE = 0.5
 # a win smaller than this share of the default's time is not worth a record, whatever the noise
 MIN_GAIN_REL = 0.01
 
 _references: OrderedDict = OrderedDict()
 _programs: OrderedDict = OrderedDict()
 _flush: dict[int, np.ndarray] = {}
+_settled: OrderedDict = OrderedDict()  # program key -> its samples' inner calls, once warmed up
 
 
 def flush_bytes_for(data_bytes: int, llc_bytes: int) -> int:
@@ -90,7 +95,7 @@ def _program(g, job: MeasureJob):
         while len(_programs) > KEEP_PROGRAMS:
             _programs.popitem(last=False)
     _programs.move_to_end(key)
-    return prog
+    return prog, key
 
 
 def check(g, prog, inputs, want, ref_after) -> str | None:
@@ -182,10 +187,13 @@ def _flush_buffer(flush_bytes: int):
 
 
 def time_kernel(call: Callable[[], object], warmup: int, repeats: int, flush_bytes: int, *,
-                min_sample_s: float = MIN_SAMPLE_S, clock: Callable[[], float] = time.perf_counter,
+                min_sample_s: float = MIN_SAMPLE_S, settled: int | None = None,
+                clock: Callable[[], float] = time.perf_counter,
                 switches: Callable[[], int] = involuntary_switches) -> Timing:
     """Time `call` (module docstring): warm-up until stable, `repeats` samples of `inner` calls
-    each, a preempted sample taken again. `clock` and `switches` are injectable for tests."""
+    each, a preempted sample taken again (at most MAX_RETAKE_SHARE of `repeats`). `settled`:
+    the `inner` of an earlier measurement of this program, whose warm-up rounds are skipped.
+    `clock` and `switches` are injectable for tests."""
     buf = _flush_buffer(flush_bytes) if flush_bytes else None
     stamp, preempted = [0.0], [False]
 
@@ -204,7 +212,7 @@ def time_kernel(call: Callable[[], object], warmup: int, repeats: int, flush_byt
     for _ in range(warmup):
         call()
     calls, spent, prev, rounds = warmup, 0.0, None, 0
-    while True:
+    while settled is None:
         ts = [one() for _ in range(WARMUP_ROUND)]
         calls, spent, rounds = calls + WARMUP_ROUND, spent + sum(ts), rounds + 1
         cur = median(ts)
@@ -214,7 +222,7 @@ def time_kernel(call: Callable[[], object], warmup: int, repeats: int, flush_byt
             break
         prev = cur
     cap = MAX_INNER_FLUSHED if buf is not None else MAX_INNER
-    inner = max(1, min(cap, math.ceil(min_sample_s / max(cur, 1e-9))))
+    inner = settled if settled is not None else max(1, min(cap, math.ceil(round(min_sample_s / max(cur, 1e-9), 6))))
 
     def sample() -> float:
         if buf is not None:
@@ -228,10 +236,11 @@ def time_kernel(call: Callable[[], object], warmup: int, repeats: int, flush_byt
         return dt / inner
 
     out = Timing(warmup_calls=calls, inner=inner)
+    max_retakes = max(1, int(MAX_RETAKE_SHARE * repeats))
     while len(out.times) < repeats:
         preempted[0] = False
         t = sample()
-        if preempted[0] and out.retaken < repeats:
+        if preempted[0] and out.retaken < max_retakes:
             out.retaken += 1
             continue
         out.times.append(t)
@@ -250,13 +259,16 @@ def run_measure(job: MeasureJob) -> MeasureResult:
         return MeasureResult(job.trial, status, list(times), error, started, time.time(), host)
     try:
         g, inputs, want, ref_after = _reference(job.graph, job.seed)
-        prog = _program(g, job)
+        prog, key = _program(g, job)
         if job.check:
             why = check(g, prog, inputs, want, ref_after)
             if why is not None:
                 return result("mismatch", error=why)
         call = bound_call(prog, [a.copy() for a in inputs])
-        tm = time_kernel(call, job.warmup, job.repeats, job.flush_bytes)
+        tm = time_kernel(call, job.warmup, job.repeats, job.flush_bytes, settled=_settled.get((key, job.flush_bytes)))
+        _settled[key, job.flush_bytes] = tm.inner
+        while len(_settled) > 4 * KEEP_PROGRAMS:
+            _settled.popitem(last=False)
         r = result("ok", tm.times)
         r.warmup_calls, r.inner, r.retaken = tm.warmup_calls, tm.inner, tm.retaken
         return r

@@ -7,6 +7,11 @@ from the default's and from every value kept before it, and the schedule stays l
 fallback, no tree replaced by isl's, no mark dropped, no override ignored). A dimension is
 listed iff some value is kept. Dimensions are probed one at a time from the default, so a
 combination may still be illegal: `Space.legal(point)` schedules it (no machine code) and says.
+The probes also record which values change which band's loops (`Space.reshapes`), so
+`Space.precheck` refuses without scheduling a band order or parallel member combined with a
+value that removes the loops it names (most of softmax's pool was such pairs). The tuner runs
+`precheck` itself and leaves the scheduling half to its build workers (tune/executor.py), which
+can also run space()'s probes in parallel (`probe_many`).
 
 Dimension names: a ScheduleConfig field ("fusion_depth", "min_parallel_work", ...) or
 "<band key>/<BandChoice field>" ("own:S_Add_10/vector", "contract:T_matmul_NN/register_tile").

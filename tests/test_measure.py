@@ -195,3 +195,12 @@ def test_real_measurement_reports_its_warmup_and_noise(built):
     assert again.ok and again.warmup_calls == 2 and again.inner == m.inner  # warmed up once per program
     # a sample is at least MIN_SAMPLE_S of calls unless the cap on inner calls was reached
     assert m.median_s * m.inner >= 0.5 * measure.MIN_SAMPLE_S or m.inner == measure.MAX_INNER
+
+
+def test_flushed_samples_cap_their_inner_calls():
+    """With an LLC flush before every call a 0.1 ms kernel gets MAX_INNER_FLUSHED calls per
+    sample, each timed alone (its flush outside the timing)."""
+    k = FakeKernel(slow=0, fast_s=1e-4)
+    tm = measure.time_kernel(k, warmup=1, repeats=3, flush_bytes=1 << 20, clock=k.clock, switches=k.switches)
+    assert tm.inner == measure.MAX_INNER_FLUSHED
+    assert tm.times == [pytest.approx(1e-4)] * 3

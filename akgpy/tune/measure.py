@@ -42,8 +42,9 @@ FLUSH_CAP_BYTES = 128 << 20
 # a sample shorter than this is dominated by timer and call overhead: calls are repeated within it
 MIN_SAMPLE_S = 1e-3
 MAX_INNER = 64
-# with a flush before every call a sample's flushes cost far more than its calls: fewer of them
-MAX_INNER_FLUSHED = 8
+# with a flush before every call (10-40 ms for 128 MiB here) a sample's flushes cost far more
+# than its calls, and each call is timed alone anyway: a few per sample keep a job near a second
+MAX_INNER_FLUSHED = 4
 # warm-up rounds: WARMUP_ROUND single calls each, until two rounds' medians agree within
 # STABLE_REL, at most MAX_WARMUP_ROUNDS rounds or MAX_WARMUP_S seconds of calls; only the first
 # time a program is measured in this process (later jobs find its pool and code warm)

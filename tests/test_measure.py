@@ -181,7 +181,8 @@ def test_a_win_must_exceed_the_noise():
     assert measure.winner({0: default, 3: tie, 5: win}, 0) == 5
     # a tiny gain on perfectly quiet samples is still below MIN_GAIN_REL
     assert measure.winner({0: [1.0] * 3, 1: [0.995] * 3}, 0) == 0
-    with pytest.raises(ValueError, match="default"):
+    from akgpy.errors import AkgpyError
+    with pytest.raises(AkgpyError, match="default 0 has no samples"):
         measure.winner({1: win}, 0)
 
 

@@ -31,6 +31,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..errors import AkgpyError
 from .executor import MeasureJob, MeasureResult, mad, median, unpack_program
 
 # programs kept loaded between jobs: the interleaved re-timing of the top candidates sends the
@@ -156,7 +157,7 @@ def winner(times: dict, default, *, min_gain_rel: float = MIN_GAIN_REL):
     """The key of `times` (key -> samples, e.g. trial -> re-timed samples) with the fastest
     median if it beats `default`'s samples beyond the noise (`faster`), else `default`."""
     if default not in times:
-        raise ValueError(f"winner: the default {default!r} has no samples")
+        raise AkgpyError(f"winner: the default {default!r} has no samples among {sorted(times)}")
     best = min((k for k in times if times[k]), key=lambda k: median(times[k]))
     if best != default and faster(times[best], times[default], min_gain_rel=min_gain_rel):
         return best

@@ -298,21 +298,32 @@ class Worker:
         self.fn_path, self.env, self.warm = fn_path, dict(env or {}), warm
         self.proc = None
         self.conn = None
+        self.ready = False  # its imports are done ("ready" received)
         self.job = None  # the job it runs now
         self.sent = 0.0
         self.deadline = 0.0
 
-    def start(self) -> None:
+    def spawn(self) -> None:
+        """Start the process without waiting for its imports (start() waits)."""
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_serve, args=(child, self.fn_path, self.env, self.warm), daemon=True,
                                 name="akgpy-tune-worker")
         self.proc.start()
         child.close()
+        self.ready = False
+
+    def start(self) -> None:
+        if not self.alive:
+            self.stop()
+            self.spawn()
+        if self.ready:
+            return
         ready = wait_any([self.conn, self.proc.sentinel], STARTUP_TIMEOUT_S)
         if self.conn in ready:
             try:
                 if self.conn.recv() == "ready":
+                    self.ready = True
                     return
             except EOFError:
                 pass
@@ -325,7 +336,7 @@ class Worker:
         return self.proc is not None and self.proc.is_alive()
 
     def submit(self, job) -> None:
-        if not self.alive:
+        if not self.alive or not self.ready:
             self.start()
         self.job, self.sent = job, time.time()
         self.deadline = time.monotonic() + job.timeout_s
@@ -366,6 +377,7 @@ class Worker:
         if self.conn is not None:
             self.conn.close()
         self.proc = self.conn = None
+        self.ready = False
 
 
 def run_jobs(workers: list[Worker], jobs: Sequence, on_result: Callable | None = None) -> list:
@@ -424,6 +436,14 @@ class LocalExecutor:
     def measure(self, jobs: Sequence[MeasureJob]) -> list[MeasureResult]:
         with self._lock:
             return run_jobs([self._measurer], jobs)
+
+    def warm_up(self) -> None:
+        """Spawn the build workers now, their imports overlapping the caller's work (the
+        tuner's first schedule of the graph); their first job waits for them."""
+        for w in self._builders:
+            if not w.alive:
+                w.stop()
+                w.spawn()
 
     def probe(self, jobs: Sequence[ProbeJob]) -> list[ProbeResult]:
         """space()'s probes on the build workers, in parallel."""

@@ -78,6 +78,8 @@ def _probe_many(ex, graph_text: str, tjson):
     if getattr(ex, "probe", None) is None:
         return None
     from .executor import ProbeJob
+    if getattr(ex, "warm_up", None) is not None:
+        ex.warm_up()
 
     def probe_many(cfgs):
         results = ex.probe([ProbeJob(i, graph_text, config_to_json(c), tjson) for i, c in enumerate(cfgs)])

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 

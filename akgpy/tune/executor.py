@@ -243,27 +243,16 @@ def config_to_json(cfg) -> dict:
 
 def config_from_json(d: dict):
     from ..schedule.config import ScheduleConfig
-    from_json = getattr(ScheduleConfig, "from_json", None)
-    if from_json is not None:
-        return from_json(d)
-    return ScheduleConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+    return ScheduleConfig.from_json(d)
 
 
 def pack_program(prog, job: BuildJob) -> tuple[bytes, dict]:
-    """A compiled Program as (bytes, manifest): `akgpy.runtime.artifact.pack`. Where that is
-    absent the manifest names the build, and the measurer rebuilds it (unpack_program)."""
-    try:
-        from ..runtime.artifact import pack
-    except ImportError:
-        return b"", {"rebuild": {"config": job.config, "target": job.target, "schedule": job.schedule}}
+    """A compiled Program as (bytes, manifest): `akgpy.runtime.artifact.pack`."""
+    from ..runtime.artifact import pack
     return pack(prog)
 
 
 def unpack_program(graph, blob: bytes, manifest: dict):
-    if "rebuild" in manifest:
-        from ..pipeline import compile_graph
-        r = manifest["rebuild"]
-        return compile_graph(graph, resolve(r["target"]), schedule=r["schedule"], config=config_from_json(r["config"]))
     from ..runtime.artifact import unpack
     return unpack(graph, blob, manifest)
 

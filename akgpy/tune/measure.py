@@ -213,18 +213,20 @@ def time_kernel(call: Callable[[], object], warmup: int, repeats: int, flush_byt
 
     for _ in range(warmup):
         call()
-    calls, spent, prev, rounds = warmup, 0.0, None, 0
+    calls, spent, prev, rounds, fastest = warmup, 0.0, None, 0, math.inf
     while settled is None:
         ts = [one() for _ in range(WARMUP_ROUND)]
         calls, spent, rounds = calls + WARMUP_ROUND, spent + sum(ts), rounds + 1
-        cur = median(ts)
+        cur, fastest = median(ts), min(fastest, *ts)
         if prev is not None and abs(cur - prev) <= STABLE_REL * min(cur, prev):
             break
         if rounds >= MAX_WARMUP_ROUNDS or spent >= MAX_WARMUP_S:
             break
         prev = cur
     cap = MAX_INNER_FLUSHED if buf is not None else MAX_INNER
-    inner = settled if settled is not None else max(1, min(cap, math.ceil(round(min_sample_s / max(cur, 1e-9), 6))))
+    # sized by the fastest warm-up call: a preempted one only adds time, and sized by it a sample
+    # of a 20 us kernel was one call
+    inner = settled if settled is not None else max(1, min(cap, math.ceil(round(min_sample_s / max(fastest, 1e-9), 6))))
 
     def sample() -> float:
         if buf is not None:

@@ -256,13 +256,9 @@ def _hashable(v):
 
 
 def _default_config(tgt):
-    """The target's default config (through its backend where the seam has one)."""
-    try:
-        from ..targets import backend_for
-        return backend_for(tgt).default_config(tgt)
-    except ImportError:
-        from ..schedule.config import default_config
-        return default_config(tgt)
+    """The target's default config, from its backend."""
+    from ..targets import backend_for
+    return backend_for(tgt).default_config(tgt)
 
 
 def _is_fact(name: str) -> bool:

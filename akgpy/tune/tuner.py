@@ -63,13 +63,9 @@ class TuneResult:
 
 
 def space_for(graph, target, probe_many=None):
-    """The graph's search space: `akgpy.tune.space` (tune/space.py; its probes through
-    `probe_many` where given), or, where that is absent, a few global knobs of the target's
-    default config (no relevance probe)."""
-    try:
-        from .space import space
-    except ImportError:
-        return _KnobSpace(target)
+    """The graph's search space: `akgpy.tune.space` (tune/space.py), its probes through
+    `probe_many` where given."""
+    from .space import space
     return space(graph, target, probe_many=probe_many)
 
 
@@ -87,44 +83,10 @@ def _probe_many(ex, graph_text: str, tjson):
     return probe_many
 
 
-@dataclass(frozen=True)
-class _Dimension:
-    name: str
-    values: tuple
-
-
-class _KnobSpace:
-    KNOBS = {"vector_bytes": (16, 32, 64), "tile_i": (2, 4, 6, 8), "tile_j_vectors": (1, 2, 3, 4),
-             "fusion_depth": (0, 1, 2, 8), "math_registers": (1, 2, 4, 8), "min_parallel_work": (1024, 4096, 65536),
-             "prefetch_bytes": (0, 512, 2048), "stride1_innermost": (True, False)}
-
-    def __init__(self, target):
-        from ..targets import default_config
-        self.base = default_config(target)
-        self.dimensions = []
-        for name, values in self.KNOBS.items():
-            d = getattr(self.base, name)
-            self.dimensions.append(_Dimension(name, (d, *[v for v in values if v != d])))
-
-    def default(self) -> dict:
-        return {d.name: d.values[0] for d in self.dimensions}
-
-    def config(self, point: dict):
-        return self.base.replace(**point)
-
-    def legal(self, point: dict) -> tuple[bool, str]:
-        try:
-            self.config(point)
-        except AkgpyError as e:
-            return False, str(e)
-        return True, ""
 
 
 def _resolve_target(target):
-    try:
-        from ..target import resolve_target
-    except ImportError:
-        return target
+    from ..target import resolve_target
     return resolve_target(target)
 
 
@@ -134,12 +96,6 @@ def _data_bytes(g) -> int:
     return sum(g.tensors[n].size * dtypes.to_numpy(g.tensors[n].dtype).itemsize for n in names)
 
 
-def _llc_bytes(target) -> int:
-    llc = getattr(target, "llc_bytes", None)
-    if llc:
-        return llc
-    from ..targets.llvm import host_llc_bytes
-    return host_llc_bytes()[0]
 
 
 def tune(graph, target=None, *, trials: int = 64, time_budget_s: float | None = None, workers: int | None = None,
@@ -188,7 +144,6 @@ def tune(graph, target=None, *, trials: int = 64, time_budget_s: float | None = 
     flush = _flush_bytes(g, tgt)
     history: list[Trial] = []
     result = TuneResult(g.hash(), tgt, None, None, None, 0, history, dimensions=list(sp.dimensions), phases=phases)
-    jobs: dict[int, BuildJob] = {}
     artifacts: dict[int, tuple[bytes, dict]] = {}
 
     def finish(trial: Trial) -> None:
@@ -299,7 +254,7 @@ def _prechecked_pool(sp, size: int, seed: int) -> list[dict]:
 
 def _flush_bytes(g, target) -> int:
     from .measure import flush_bytes_for
-    return flush_bytes_for(_data_bytes(g), _llc_bytes(target))
+    return flush_bytes_for(_data_bytes(g), target.llc_bytes)
 
 
 def _retime(ex, result: TuneResult, artifacts, text, tjson, flush, timeout_s, seed) -> None:
@@ -345,7 +300,7 @@ def _store(cache, g, target, result: TuneResult, artifact, schedule: str):
     tgt, llvm = c.target_for(target)
     key = CacheKey.make(result.graph, tgt, schedule=schedule, config=None, llvm=llvm)
     blob, manifest = artifact or (None, None)
-    if manifest is None or "rebuild" in manifest or not _reproducible(manifest):
+    if manifest is None or not _reproducible(manifest):
         blob = manifest = None  # compile_graph builds it from the record's config
     rows = [{"trial": t.index, "status": t.status, "time_s": t.time_s, "config": t.config, "error": t.error,
              "phase": t.phase, "finished_s": t.finished_s} for t in result.trials]

@@ -63,9 +63,9 @@ def _status(t) -> str | float | None:
     return t.time_s if t.status == "ok" else None
 
 
-def cmd_pool(args) -> int:
-    """Measure the default and `--pool` candidates of each graph (random search over exactly
-    that pool: every point once), one JSONL row per graph."""
+def _tuned(args, **options):
+    """(path, pattern, graph, TuneResult, wall s) per graph of `--graphs` not yet in `--jsonl`,
+    each tuned with `options` on one LocalExecutor."""
     from akgpy import load_composite
     from akgpy.tune.executor import LocalExecutor
     from akgpy.tune.tuner import tune
@@ -77,29 +77,35 @@ def cmd_pool(args) -> int:
             if g.hash() in done:
                 continue
             t0 = time.monotonic()
-            box = {}
+            r = tune(g, seed=0, cache=False, executor=ex, workers=args.workers, **options)
+            yield path, pattern, g, r, time.monotonic() - t0
 
-            def progress(trial, result, box=box):
-                box["n"] = trial.index
-            r = tune(g, trials=args.pool + 1, search="random", seed=0, cache=False, executor=ex,
-                     workers=args.workers, pool_size=args.pool, progress=progress)
-            dims = [[d.name, _jsonish(list(d.values))] for d in r.dimensions]
-            idx = {d[0]: {repr(v): i for i, v in enumerate(d[1])} for d in dims}
 
-            def enc(point):
-                return [idx[n][repr(_jsonish(point[n]))] for n, _ in dims]
-            row = {"graph": path.name[:70], "pattern": pattern, "hash": g.hash(), "pool": args.pool,
-                   "dims": dims, "wall_s": time.monotonic() - t0, "phases": r.phases,
-                   "default_retimed_s": r.default_time_s, "best_retimed_s": r.best_time_s,
-                   "best_trial": r.best_trial, "best_config": r.trials[r.best_trial].config,
-                   "points": [[enc(t.point), _status(t)] for t in r.trials]}
-            with args.jsonl.open("a") as f:
-                f.write(json.dumps(row) + "\n")
-            if args.export:
-                export(args.export, g, r)
-            ok = [t.time_s for t in r.trials if t.status == "ok"]
-            print(f"{pattern:12s} {len(r.trials)} points, default {r.trials[0].time_s * 1e3:.3f} ms, "
-                  f"best {min(ok) * 1e3:.3f} ms, {row['wall_s']:.0f} s", flush=True)
+def _append(args, g, r, row: dict) -> None:
+    with args.jsonl.open("a") as f:
+        f.write(json.dumps(row) + "\n")
+    if args.export:
+        export(args.export, g, r)
+
+
+def cmd_pool(args) -> int:
+    """Measure the default and `--pool` candidates of each graph (random search over exactly
+    that pool: every point once), one JSONL row per graph."""
+    for path, pattern, g, r, wall in _tuned(args, trials=args.pool + 1, search="random", pool_size=args.pool):
+        dims = [[d.name, _jsonish(list(d.values))] for d in r.dimensions]
+        idx = {d[0]: {repr(v): i for i, v in enumerate(d[1])} for d in dims}
+
+        def enc(point):
+            return [idx[n][repr(_jsonish(point[n]))] for n, _ in dims]
+        row = {"graph": path.name[:70], "pattern": pattern, "hash": g.hash(), "pool": args.pool,
+               "dims": dims, "wall_s": wall, "phases": r.phases,
+               "default_retimed_s": r.default_time_s, "best_retimed_s": r.best_time_s,
+               "best_trial": r.best_trial, "best_config": r.trials[r.best_trial].config,
+               "points": [[enc(t.point), _status(t)] for t in r.trials]}
+        _append(args, g, r, row)
+        ok = [t.time_s for t in r.trials if t.status == "ok"]
+        print(f"{pattern:12s} {len(r.trials)} points, default {r.trials[0].time_s * 1e3:.3f} ms, "
+              f"best {min(ok) * 1e3:.3f} ms, {row['wall_s']:.0f} s", flush=True)
     return 0
 
 
@@ -208,31 +214,16 @@ def render(res, searchers, trials, seeds) -> str:
 def cmd_live(args) -> int:
     """tune() each graph with the default searcher; default vs tuned, wall time; optionally the
     winners exported as shipped schedule records."""
-    from akgpy import load_composite
-    from akgpy.tune.executor import LocalExecutor
-    from akgpy.tune.tuner import tune
-
-    done = _done(args.jsonl)
-    with LocalExecutor(args.workers) as ex:
-        for path, pattern in _pick(args.graphs):
-            g = load_composite(path)
-            if g.hash() in done:
-                continue
-            t0 = time.monotonic()
-            r = tune(g, trials=args.trials, search=args.search, seed=0, cache=False, executor=ex,
-                     workers=args.workers)
-            row = {"graph": path.name[:70], "pattern": pattern, "hash": g.hash(), "search": args.search,
-                   "trials": len(r.trials), "default_s": r.default_time_s, "best_s": r.best_time_s,
-                   "speedup": r.speedup, "wall_s": time.monotonic() - t0,
-                   "failed": sum(t.status not in ("ok", "illegal") for t in r.trials),
-                   "illegal": sum(t.status == "illegal" for t in r.trials),
-                   "config": r.trials[r.best_trial].config, "best_trial": r.best_trial, "phases": r.phases}
-            with args.jsonl.open("a") as f:
-                f.write(json.dumps(row) + "\n")
-            if args.export:
-                export(args.export, g, r)
-            print(f"{pattern:12s} default {r.default_time_s * 1e3:.3f} ms, tuned {r.best_time_s * 1e3:.3f} ms, "
-                  f"x{r.speedup:.3f}, {row['wall_s']:.0f} s ({_phases(r.phases)})", flush=True)
+    for path, pattern, g, r, wall in _tuned(args, trials=args.trials, search=args.search):
+        row = {"graph": path.name[:70], "pattern": pattern, "hash": g.hash(), "search": args.search,
+               "trials": len(r.trials), "default_s": r.default_time_s, "best_s": r.best_time_s,
+               "speedup": r.speedup, "wall_s": wall,
+               "failed": sum(t.status not in ("ok", "illegal") for t in r.trials),
+               "illegal": sum(t.status == "illegal" for t in r.trials),
+               "config": r.trials[r.best_trial].config, "best_trial": r.best_trial, "phases": r.phases}
+        _append(args, g, r, row)
+        print(f"{pattern:12s} default {r.default_time_s * 1e3:.3f} ms, tuned {r.best_time_s * 1e3:.3f} ms, "
+              f"x{r.speedup:.3f}, {row['wall_s']:.0f} s ({_phases(r.phases)})", flush=True)
     return 0
 
 

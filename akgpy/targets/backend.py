@@ -8,17 +8,19 @@ Target's facts (docs/targets.md).
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 from ..schedule.config import ScheduleConfig
 from ..target import Target
 
 
-class Backend:
+class Backend(ABC):
     kind: str = ""  # Target.kind this backend builds for
     artifact_format: str = ""  # what `export` writes, with a version ("llvm-so/1")
 
+    @abstractmethod
     def default_config(self, target: Target) -> ScheduleConfig:
         """The schedule choices this backend starts from for `target` (a tuner's trial 0)."""
-        raise NotImplementedError
 
     def streams(self, lowered, cfg: ScheduleConfig, target: Target) -> bool:
         """Whether `prepare` will write some of the kernel's outputs with streaming stores: the
@@ -30,10 +32,10 @@ class Backend:
         streaming stores, software prefetch); notes for explain()."""
         return mod, []
 
+    @abstractmethod
     def build(self, mod, target: Target):
         """The scheduled, prepared module compiled into a tvm Executable for `target`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def export(self, executable, path) -> None:
         """Write `executable` to `path` as one artifact of `artifact_format`."""
-        raise NotImplementedError

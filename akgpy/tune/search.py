@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from abc import ABC, abstractmethod
 from typing import Any, Callable, Sequence
 
 from ..errors import AkgpyError
@@ -63,7 +64,7 @@ def candidate_pool(dimensions: Sequence, size: int = POOL_SIZE, seed: int = 0) -
     return pts
 
 
-class Searcher:
+class Searcher(ABC):
     """Base: a pool, what was asked and what was told (see the module doc)."""
 
     def __init__(self, dimensions: Sequence, seed: int = 0, pool: list[dict] | None = None,
@@ -87,8 +88,9 @@ class Searcher:
         self.pending.add(_key(point))
         return point
 
+    @abstractmethod
     def _choose(self, untried: list[int]) -> int | None:
-        raise NotImplementedError
+        """The index of the pool point to ask next among `untried` (None: none left)."""
 
     def tell(self, point: dict, seconds: float | None) -> None:
         key = _key(point)

@@ -28,11 +28,18 @@ def fuse(graph, target=None, **options):
     return compile_graph(graph, target=target, **options)
 
 
+def build_kernel_meta(source, out_dir, attrs=None, *, target=None):
+    """A fused subgraph as a self-contained kernel: `<out_dir>/<name>.so` exporting
+    `int <name>_kernel(void **args)` and `<out_dir>/<name>.json`; see docs/kernel_meta.md."""
+    from .kernel_meta import build_kernel_meta as build
+    return build(source, out_dir, attrs, target=target)
+
+
 def from_onnx(model, shapes=None, *, name=None):
     """An ONNX model (ModelProto, file path or bytes) as an akgpy model Graph; see docs/onnx.md."""
     from .frontends.onnx import from_onnx as load
     return load(model, shapes=shapes, name=name)
 
 
-__all__ = ["fuse", "from_onnx", "load_composite", "ScheduleConfig", "Target", "resolve_target", "Graph", "GraphBuilder", "Op", "Tensor", "structural_hash",
+__all__ = ["fuse", "build_kernel_meta", "from_onnx", "load_composite", "ScheduleConfig", "Target", "resolve_target", "Graph", "GraphBuilder", "Op", "Tensor", "structural_hash",
            "errors", "reference", "AkgpyError"]

@@ -24,7 +24,7 @@ from ..errors import ArtifactError
 
 ARTIFACT_VERSION = 1
 ARTIFACT_FORMAT = "llvm-so/1"  # the CPU backend's: one shared object per kernel
-_PARAM_FIELDS = ("kind", "tensor", "shape", "dtype", "align", "members")
+PARAM_FIELDS = ("kind", "tensor", "shape", "dtype", "align", "members")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +52,7 @@ def pack(program) -> tuple[bytes, dict]:
         chunks.append(code)
         kernels.append({
             "name": k.name, "entry": k.entry,
-            "params": [{f: _jsonable(getattr(p, f)) for f in _PARAM_FIELDS} for p in k.params],
+            "params": [{f: jsonable(getattr(p, f)) for f in PARAM_FIELDS} for p in k.params],
             "offset": offset, "size": len(code), "sha256": hashlib.sha256(code).hexdigest(),
             "schedule_path": _path_fields(k), "report": k._report, "graph_note": k._graph_note,
         })
@@ -146,7 +146,7 @@ def _load(code: bytes, entry: str, params, loader: str):
             os.unlink(path)
 
 
-def _jsonable(v):
+def jsonable(v):
     return list(v) if isinstance(v, tuple) else v
 
 

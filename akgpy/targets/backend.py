@@ -17,6 +17,7 @@ from ..target import Target
 class Backend(ABC):
     kind: str = ""  # Target.kind this backend builds for
     artifact_format: str = ""  # what `export` writes, with a version ("llvm-so/1")
+    object_format: str = ""  # what `export_object` returns ("llvm-obj/1"); "" where there is none
 
     @abstractmethod
     def default_config(self, target: Target) -> ScheduleConfig:
@@ -39,3 +40,9 @@ class Backend(ABC):
     @abstractmethod
     def export(self, executable, path) -> None:
         """Write `executable` to `path` as one artifact of `artifact_format`."""
+
+    def export_object(self, executable) -> bytes:
+        """The kernel's relocatable object code (`object_format`), for a self-contained kernel
+        linked with its own runtime (docs/kernel_meta.md)."""
+        from ..errors import CompileError
+        raise CompileError(f"the {self.kind or type(self).__name__} backend cannot export object code")

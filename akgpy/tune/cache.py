@@ -523,20 +523,39 @@ def compile_cached(graph, target, *, schedule: str, config, compile: Callable[[A
     shipped record (schedules/, only when no config is given), else `config` or the target's
     default. `compile(target, config)` compiles without the cache. What was compiled is stored,
     unless a wall-clock guard shaped one of its kernels (then it is not reproducible)."""
+    from ..runtime.artifact import ARTIFACT_FORMAT, pack, unpack
+
+    def restore(rec: Record, tgt, recompile):
+        return unpack(graph, rec.artifact, rec.manifest, target=tgt, recompile=recompile)
+    return cached(graph, target, schedule=schedule, config=config, compile=compile, artifact_format=ARTIFACT_FORMAT,
+                  pack=pack, restore=restore, fresh=lambda prog, packed: prog)
+
+
+def cached(graph, target, *, schedule: str, config, compile: Callable[[Any, Any], Any], artifact_format: str,
+           pack: Callable[[Any], tuple[bytes, dict]], restore: Callable[[Record, Any, Callable], Any],
+           fresh: Callable[[Any, tuple[bytes, dict] | None], Any]):
+    """What `compile_cached` does, for any artifact format (the key includes `artifact_format`):
+    a hit is `restore(record, target, recompile)` (an AkgpyError or OSError drops the record and
+    compiles instead); a compiled program is stored as `pack(program)` -> (bytes, manifest) and
+    handed back as `fresh(program, packed)` (packed: what was stored, None if nothing was)."""
     cache = default_cache()
     if cache is None:
-        return compile(target, config)
+        return fresh(compile(target, config), None)
     from ..graph.hash import structural_hash
     graph_hash = structural_hash(graph)
     tgt, llvm = cache.target_for(target)
-    key = CacheKey.make(graph_hash, tgt, schedule=schedule, config=config, llvm=llvm)
+    key = CacheKey.make(graph_hash, tgt, schedule=schedule, config=config, llvm=llvm, artifact_format=artifact_format)
     rec = cache.get(key)
     if rec is not None and rec.artifact is not None:
-        prog = _restore(cache, graph, rec, tgt, lambda i: compile(tgt, _config(rec.config, config)).kernels[i])
-        if prog is not None:
+        try:
+            value = restore(rec, tgt, lambda i: compile(tgt, _config(rec.config, config)).kernels[i])
             _count("hits")
-            return prog
-        rec = None
+            return value
+        except (AkgpyError, OSError) as e:
+            warnings.warn(f"akgpy cache record {rec.digest[:16]} could not be loaded ({e}); compiling instead",
+                          CacheWarning, 3)
+            cache.remove(rec.digest)
+            rec = None
     if rec is None:
         _count("misses")
         rec = Record(key, config=None if config is None else config.to_json())
@@ -548,11 +567,11 @@ def compile_cached(graph, target, *, schedule: str, config, compile: Callable[[A
                              machine=shipped.machine)
     prog = compile(tgt, _config(rec.config, config))
     _count("compiles")
-    if _reproducible(prog):
-        from ..runtime.artifact import pack
-        rec.artifact, rec.manifest = pack(prog)
-        cache.put(rec)
-    return prog
+    if not _reproducible(prog):
+        return fresh(prog, None)
+    rec.artifact, rec.manifest = pack(prog)
+    cache.put(rec)
+    return fresh(prog, (rec.artifact, rec.manifest))
 
 
 def _config(recorded: dict | None, given):
@@ -560,17 +579,6 @@ def _config(recorded: dict | None, given):
         return given
     from ..schedule.config import ScheduleConfig
     return ScheduleConfig.from_json(recorded)
-
-
-def _restore(cache: Cache, graph, rec: Record, target, recompile):
-    from ..runtime.artifact import unpack
-    try:
-        return unpack(graph, rec.artifact, rec.manifest, target=target, recompile=recompile)
-    except (AkgpyError, OSError) as e:
-        warnings.warn(f"akgpy cache record {rec.digest[:16]} could not be loaded ({e}); compiling instead",
-                      CacheWarning, 3)
-        cache.remove(rec.digest)
-        return None
 
 
 def _reproducible(prog) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ...schedule.config import ScheduleConfig
 from ...target import Target
 from ..backend import Backend
-from . import defaults, llvm
+from . import defaults, llvm, standalone
 from .stream import mark_prefetch, mark_stream_outputs, stream_candidates
 
 
@@ -18,6 +18,7 @@ class CpuBackend(Backend):
     kind = "llvm"
     # a shared library TVM's runtime loads (Executable.export_library); bump on an ABI change
     artifact_format = "llvm-so/1"
+    object_format = standalone.OBJECT_FORMAT
 
     def default_config(self, target: Target) -> ScheduleConfig:
         return defaults.default_config(target)
@@ -35,6 +36,9 @@ class CpuBackend(Backend):
 
     def export(self, executable, path) -> None:
         executable.export_library(str(path))
+
+    def export_object(self, executable) -> bytes:
+        return standalone.object_code(executable)
 
 
 CPU = CpuBackend()

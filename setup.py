@@ -1,13 +1,19 @@
+import re
+
 from setuptools import find_packages, setup
+
+VERSION = re.search(r'__version__ = "([^"]+)"', open("akgpy/version.py").read()).group(1)
 
 setup(
     name="akgpy",
-    version="0.1.0",
+    version=VERSION,
     description="Graph-kernel fusion compiler: ONNX / composite-JSON / builder graphs -> fused TVM TE -> LLVM kernels",
     long_description=open("README.md").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["akgpy", "akgpy.*"]),
+    # the standalone kernels' C runtime, and the `akg` package MindSpore imports (not an akgpy subpackage)
+    package_data={"akgpy": ["targets/cpu/standalone_rt.c", "mindspore/shim/akg/*.py", "mindspore/shim/akg/ms/*.py"]},
     install_requires=["islpy", "apache-tvm==0.27.*", "numpy>=1.24", "sympy"],
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6", "pytest-timeout>=2.2", "pytest-xdist>=3", "onnx>=1.16",

@@ -10,7 +10,7 @@ from .graph import Graph, GraphBuilder, Op, Tensor, structural_hash
 from .schedule.config import ScheduleConfig  # noqa: E402  (plain data; imports no tvm)
 from .target import Target, resolve_target  # noqa: E402  (imports tvm only when resolving)
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: E402
 
 
 def fuse(graph, target=None, **options):

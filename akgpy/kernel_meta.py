@@ -65,7 +65,7 @@ def build_kernel_meta(source: Any, out_dir: str | os.PathLike, attrs: Any = None
     lib, meta_path = out / f"{graph.name}.so", out / f"{graph.name}.json"
     from .targets.cpu.standalone import link
     link(obj.code, obj.entry, symbol, bindings, moves, lib, label=graph.name)
-    from . import __version__
+    from .version import __version__
     meta = {"kernelName": symbol, "sha256": hashlib.sha256(lib.read_bytes()).hexdigest(),
             "compiler": f"akgpy {__version__}", "graph_hash": obj.graph_hash, "tir_hash": obj.tir_hash,
             "object_format": obj.format, "target": tgt.to_json(), "schedule_path": obj.schedule_path,

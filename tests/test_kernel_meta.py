@@ -207,3 +207,19 @@ def test_target_info_of_this_machine_is_the_host():
     assert t.is_host
     other = target_from_info({"arch": "x86_64", "cpu": "haswell", "system": "freebsd"})
     assert not other.is_host and other.cpu == "haswell"
+
+
+def test_workspaces_come_from_the_callers_malloc(host, tmp_path):
+    """A GEMM whose B is packed into panels allocates them from TVM's workspace allocator: in a
+    self-contained kernel that is the caller's malloc, freed before the call returns."""
+    from akgpy.testing import workspace_allocations
+    b = GraphBuilder("Fused_mm")
+    b.output(b.relu(b.matmul(b.input("x", (256, 256)), b.input("w", (256, 1024)))))
+    g = b.build()
+    assert workspace_allocations(akgpy.fuse(g)), "the kernel no longer uses a workspace: pick another"
+    km = build_kernel_meta(g, tmp_path)
+    before = host.counts()
+    _check(host, g, km.json)
+    after = host.counts()
+    assert after["mallocs"] > before["mallocs"]
+    assert after["mallocs"] - before["mallocs"] == after["frees"] - before["frees"]

@@ -5,6 +5,12 @@ The format (../shared/docs/composite-format.md) links tensors only by `tensor_na
 ops in topological order, flattens each op's list-of-lists `input_desc`, and marks
 compile-time scalars with `value`. A desc seen twice must agree on shape and dtype; the
 defining desc (top-level input or producer output) is authoritative for `format`.
+
+Version 2 (MindSpore 2.x) passes some attributes as constant inputs whose `value` is an int or a
+list (ReduceSum's axis, Transpose's perm, ...): `VALUE_ATTRS` maps each (op, input position) to
+the attribute the op table reads, and the loader turns such an input into that attribute, so a
+version-2 graph is the graph its version-1 twin gives (same ops, attrs and hash); `dump_composite`
+writes the attribute form (docs/ops.md, "Version 2").
 """
 from __future__ import annotations
 
@@ -13,15 +19,25 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import AkgpyError, FormatError, ShapeError
+from ..errors import AkgpyError, AttrError, FormatError, ShapeError
 from ..graph.dump import dump_composite
 from ..graph.ir import Graph, Op, Tensor
 from ..ops.registry import squeeze
 
-__all__ = ["load_composite", "dump_composite"]
+__all__ = ["load_composite", "dump_composite", "VALUE_ATTRS"]
 
 _TOP_KEYS = {"composite", "op", "process", "input_desc", "output_desc", "op_desc"}
 _OP_KEYS = {"name", "attr", "input_desc", "output_desc"}
+
+# Version 2: op -> {position in the op's inputs: the attribute a constant input there carries}.
+VALUE_ATTRS: dict[str, dict[int, str]] = {
+    "ReduceSum": {1: "axis"}, "ReduceMax": {1: "axis"}, "ReduceMin": {1: "axis"},
+    "Reshape": {1: "shape"}, "Transpose": {1: "perm"}, "BroadcastTo": {1: "shape"}, "Tile": {1: "multiples"},
+    "StridedSlice": {1: "begin", 2: "end", 3: "strides"},
+}
+# Attributes MindSpore sends whose other values change what the op computes, and which akgpy
+# computes only at this value (Log is log_base(scale * x + shift); base -1 means e).
+_ONLY_DEFAULT: dict[str, dict[str, object]] = {"Log": {"base": -1.0, "scale": 1.0, "shift": 0.0}}
 
 
 def _read(src: Any) -> tuple[dict, str]:
@@ -73,10 +89,18 @@ def _desc(d: Any, *, op: str | None, where: str) -> Tensor:
     if value is not None:
         if isinstance(value, list) and len(value) == 1:
             value = value[0]
+        if isinstance(value, list) and op is not None:
+            known = ", ".join(f"{o} input {k} ({a})" for o, m in VALUE_ATTRS.items() for k, a in m.items())
+            raise FormatError(f"{where}: list value {value!r:.60} where {op.split('#')[0]} takes none; "
+                              f"list values are read only as attributes: {known}", op=op, tensor=name)
         if not isinstance(value, (int, float, bool)):
             raise FormatError(f"{where}: constant value must be a number or bool, got {value!r:.40}",
                               op=op, tensor=name)
     return Tensor(name, tuple(shape), dtype, fmt, value)
+
+
+def _as_list(v: Any) -> list:
+    return list(v) if isinstance(v, (list, tuple)) else [v]
 
 
 def _attrs(raw: Any, *, op: str) -> dict[str, Any]:
@@ -93,6 +117,28 @@ def _attrs(raw: Any, *, op: str) -> dict[str, Any]:
         v = a["value"]
         out[a["name"]] = tuple(v) if isinstance(v, list) else v
     return out
+
+
+def _value_attr(d: Any, attr: str, *, op: str, where: str) -> tuple[int, ...] | None:
+    """The attribute a version-2 value input carries (an int or a list of ints, as a tuple), or
+    None where the desc holds no value (an ordinary tensor input)."""
+    if not isinstance(d, dict) or "value" not in d:
+        return None
+    v = d["value"]
+    items = v if isinstance(v, list) else [v]
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in items):
+        raise FormatError(f"{where}: {attr} must be an int or a list of ints, got {v!r:.60}", op=op,
+                          tensor=d.get("tensor_name"))
+    return tuple(items)
+
+
+def _check_v2_attrs(op_name: str, attrs: dict[str, Any], *, op: str) -> None:
+    for key, default in _ONLY_DEFAULT.get(op_name, {}).items():
+        if attrs.get(key, default) != default:
+            raise AttrError(f"{op_name} with {key}={attrs[key]!r} is not supported (only {default!r})", op=op)
+    # ReduceSum's skip_mode: an empty axis list means "no reduction", not "every axis".
+    if attrs.get("skip_mode") is True and attrs.get("axis", ()) in ((), []):
+        raise AttrError(f"{op_name} with skip_mode and no axis (an identity) is not supported", op=op)
 
 
 def load_composite(src: Any) -> Graph:
@@ -160,10 +206,24 @@ def load_composite(src: Any) -> Graph:
         if not isinstance(ins_raw, list) or not isinstance(outs_raw, list):
             raise FormatError("input_desc/output_desc must be lists", op=label)
         in_names = []
+        attrs = _attrs(raw.get("attr"), op=label)
+        value_attrs = VALUE_ATTRS.get(op_name, {})
+        position = 0
         for j, group in enumerate(ins_raw):
             group = group if isinstance(group, list) else [group]
             for t in group:
-                in_names.append(agree(_desc(t, op=label, where=f"op_desc[{i}].input_desc[{j}]"), op=label))
+                where = f"op_desc[{i}].input_desc[{j}]"
+                key = value_attrs.get(position)
+                position += 1
+                v = _value_attr(t, key, op=label, where=where) if key else None
+                if v is not None:
+                    if key in attrs and tuple(_as_list(attrs[key])) != v:
+                        raise FormatError(f"{where}: {key} {list(v)} differs from the attribute {attrs[key]!r}",
+                                          op=label, tensor=t.get("tensor_name"))
+                    attrs[key] = v
+                    continue
+                in_names.append(agree(_desc(t, op=label, where=where), op=label))
+        _check_v2_attrs(op_name, attrs, op=label)
         out_names = []
         for j, t in enumerate(outs_raw):
             td = _desc(t, op=label, where=f"op_desc[{i}].output_desc[{j}]")
@@ -172,8 +232,7 @@ def load_composite(src: Any) -> Graph:
             define(td, op=label)
             out_names.append(td.name)
         extra = {k: v for k, v in raw.items() if k not in _OP_KEYS}
-        ops.append(Op(op_name, tuple(in_names), tuple(out_names), _attrs(raw.get("attr"), op=label),
-                      extra=extra))
+        ops.append(Op(op_name, tuple(in_names), tuple(out_names), attrs, extra=extra))
 
     outputs = []
     for j, t in enumerate(data["output_desc"]):

@@ -28,6 +28,19 @@ int host_launch(task_fn f, void *cdata, int nthreads) {
   { f(omp_get_thread_num(), n, cdata); }
   return 0;
 }
+/* a launcher that runs exactly the tasks asked for, one after another (0 asked: none run) */
+int host_launch_literal(task_fn f, void *cdata, int nthreads) {
+  atomic_fetch_add(&launches, 1);
+  for (int i = 0; i < nthreads; ++i) f(i, nthreads, cdata);
+  return 0;
+}
+/* a broken launcher: announces two tasks and runs one */
+int host_launch_short(task_fn f, void *cdata, int nthreads) {
+  (void)nthreads;
+  atomic_fetch_add(&launches, 1);
+  f(0, 2, cdata);
+  return 0;
+}
 void *host_malloc(size_t n) { atomic_fetch_add(&mallocs, 1); return malloc(n); }
 void host_free(void *p) { atomic_fetch_add(&frees, 1); free(p); }
 void host_threads(int n) { omp_set_num_threads(n); }
@@ -41,16 +54,16 @@ class Callbacks(ctypes.Structure):
 
 
 class Host:
-    def __init__(self, workdir: Path, threads: int = 3):
+    def __init__(self, workdir: Path, threads: int = 3, launcher: str = "host_launch"):
         src, lib = workdir / "host.c", workdir / "libhost.so"
-        if not lib.exists():
+        if not lib.exists() or not src.exists() or src.read_text() != LAUNCHER:
             src.write_text(LAUNCHER)
             subprocess.run(["cc", "-O2", "-fPIC", "-shared", "-fopenmp", "-std=gnu11", "-o", str(lib), str(src)],
                            check=True, capture_output=True)
         self.lib = ctypes.CDLL(str(lib))
         self.lib.host_count.restype = ctypes.c_long
         self.lib.host_threads(threads)
-        self.callbacks = Callbacks(ctypes.cast(self.lib.host_launch, ctypes.c_void_p).value,
+        self.callbacks = Callbacks(ctypes.cast(getattr(self.lib, launcher), ctypes.c_void_p).value,
                                    ctypes.cast(self.lib.host_malloc, ctypes.c_void_p).value,
                                    ctypes.cast(self.lib.host_free, ctypes.c_void_p).value, None)
 

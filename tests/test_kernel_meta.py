@@ -223,3 +223,18 @@ def test_workspaces_come_from_the_callers_malloc(host, tmp_path):
     after = host.counts()
     assert after["mallocs"] > before["mallocs"]
     assert after["mallocs"] - before["mallocs"] == after["frees"] - before["frees"]
+
+
+def test_launchers_that_take_the_task_count_literally(tmp_path, capfd):
+    """TVM asks for 0 tasks ("as many as you have"): a launcher that runs exactly the count it is
+    given runs none, and the kernel then runs its loop itself; one that runs fewer tasks than it
+    announces is an error, not a silently missing part of the output."""
+    g = _reduce_graph()
+    km = build_kernel_meta(g, tmp_path)
+    literal = Host(tmp_path, launcher="host_launch_literal")
+    _check(literal, g, km.json)
+    short = Host(tmp_path, launcher="host_launch_short")
+    x = np.ones((64, 4096), np.float32)
+    rc, _ = short.call(km.json, [x, np.ones(4096, np.float32)])
+    assert rc != 0
+    assert "ran another number of tasks than it announced" in capfd.readouterr().err

@@ -46,6 +46,10 @@ typedef int (*tvm_lambda)(int task_id, tvm_group_env *penv, void *cdata);
 static _Thread_local const akgpy_callbacks *akgpy_cb;
 static _Thread_local const char *akgpy_kernel_name;  /* for error messages */
 
+static void akgpy_error(const char *kind, const char *message) {
+  fprintf(stderr, "akgpy kernel %s: %s: %s\n", akgpy_kernel_name ? akgpy_kernel_name : "?", kind, message);
+}
+
 /* -- memory: the caller's malloc/free, aligned as TVM's workspace allocator aligns ---------------- */
 
 #define AKGPY_ALIGN 64
@@ -84,10 +88,13 @@ typedef struct {
   const akgpy_callbacks *cb;
   const char *name;
   atomic_int failed, arrived, phase;
+  atomic_int ran, announced;  /* tasks the launcher ran, and the count it told them */
 } akgpy_launch;
 
 static int akgpy_task(int task, int ntask, void *data) {
   akgpy_launch *l = data;
+  atomic_fetch_add(&l->ran, 1);
+  atomic_store(&l->announced, ntask);
   const akgpy_callbacks *outer = akgpy_cb;
   const char *outer_name = akgpy_kernel_name;
   akgpy_cb = l->cb;
@@ -101,12 +108,17 @@ static int akgpy_task(int task, int ntask, void *data) {
 }
 
 static int akgpy_parallel_launch(tvm_lambda body, void *cdata, int num_task) {
-  akgpy_launch l = {body, cdata, akgpy_cb, akgpy_kernel_name, 0, 0, 0};
-  if (l.cb == NULL || l.cb->parallel_launch == NULL) {
-    tvm_group_env env = {&l, 1};
-    return body(0, &env, cdata);
-  }
+  akgpy_launch l = {body, cdata, akgpy_cb, akgpy_kernel_name, 0, 0, 0, 0, 0};
+  tvm_group_env alone = {&l, 1};
+  if (l.cb == NULL || l.cb->parallel_launch == NULL) return body(0, &alone, cdata);
+  /* num_task 0 (TVM's usual request) means "as many as you have"; MindSpore's launcher decides anyway */
   l.cb->parallel_launch(akgpy_task, &l, num_task);
+  int ran = atomic_load(&l.ran);
+  if (ran == 0) return body(0, &alone, cdata);  /* a launcher that took 0 literally: run it here */
+  if (ran != atomic_load(&l.announced)) {
+    akgpy_error("RuntimeError", "the caller's parallel_launch ran another number of tasks than it announced");
+    return -1;
+  }
   return atomic_load(&l.failed) ? -1 : 0;
 }
 
@@ -123,10 +135,6 @@ static int akgpy_parallel_barrier(int task_id, tvm_group_env *penv) {
     while (atomic_load(&l->phase) == phase) sched_yield();
   }
   return 0;
-}
-
-static void akgpy_error(const char *kind, const char *message) {
-  fprintf(stderr, "akgpy kernel %s: %s: %s\n", akgpy_kernel_name ? akgpy_kernel_name : "?", kind, message);
 }
 
 /* strong definitions: they take the place of the object's weak, zero-initialised context slots */

@@ -25,7 +25,12 @@ CACHE = Flag("AKGPY_CACHE", "~/.cache/akgpy",
 CACHE_KEY = Flag("AKGPY_CACHE_KEY", "~/.config/akgpy/cache.key",
                  "file holding the per-user HMAC key of cached artifacts (created 0600; keep it outside the cache)", False)
 
-FLAGS = {f.name: f for f in (DUMP, NUM_THREADS, CACHE, CACHE_KEY)}
+# a framework's kernels are checked once, where they are built: a wrong one is handed back
+VERIFY_KERNELS = Flag("AKGPY_VERIFY_KERNELS", "1",
+                      "'1': each kernel built for MindSpore is run once on random inputs against the numpy reference "
+                      "and handed back on a mismatch (docs/mindspore.md); '0' skips that", False)
+
+FLAGS = {f.name: f for f in (DUMP, NUM_THREADS, CACHE, CACHE_KEY, VERIFY_KERNELS)}
 
 
 def _cores() -> int:

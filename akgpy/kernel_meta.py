@@ -144,6 +144,50 @@ def plan(graph, params: Sequence, *, original=None):
     return bindings, moves, args
 
 
+def call(meta_json: str | os.PathLike, inputs: Sequence, outputs: Sequence) -> int:
+    """Call a kernel `build_kernel_meta` wrote, in this process, on numpy arrays (inputs, then
+    every output slot, as its .json lists them): loaded with ctypes, its parallel loops run in
+    place (no launcher given), memory from libc. Returns the kernel's return code."""
+    import ctypes
+
+    import _ctypes
+    meta = json.loads(Path(meta_json).read_text())
+    libc = ctypes.CDLL(None)
+    callbacks = (ctypes.c_void_p * 4)(None, ctypes.cast(libc.malloc, ctypes.c_void_p).value,
+                                      ctypes.cast(libc.free, ctypes.c_void_p).value, None)
+    arrays = [*inputs, *outputs]
+    if len(arrays) + 1 != len(meta["args"]):
+        raise AkgpyError(f"{meta['kernelName']} takes {len(meta['args']) - 1} arrays, got {len(arrays)}")
+    lib = ctypes.CDLL(str(Path(meta_json).with_suffix(".so")), mode=ctypes.RTLD_LOCAL)
+    try:
+        fn = getattr(lib, meta["kernelName"])
+        fn.restype, fn.argtypes = ctypes.c_int, [ctypes.POINTER(ctypes.c_void_p)]
+        ptrs = [ctypes.addressof(callbacks)] + [a.ctypes.data for a in arrays]
+        return fn((ctypes.c_void_p * len(ptrs))(*ptrs))
+    finally:
+        _ctypes.dlclose(lib._handle)
+
+
+def verify(graph, km: KernelMeta, seed: int = 0) -> list:
+    """Run the kernel once on random inputs (akgpy.testing.random_inputs) and compare it with the
+    numpy reference: the mismatches (akgpy.testing.Mismatch), empty when it matches."""
+    import numpy as np
+
+    from . import reference
+    from .dtypes import to_numpy
+    from .testing import Mismatch, compare, poison, random_inputs
+    inputs = random_inputs(graph, seed)
+    ref_inputs, got_inputs = [a.copy() for a in inputs], [a.copy() for a in inputs]
+    outputs = [np.empty(graph.tensors[t].shape, to_numpy(graph.tensors[t].dtype)) for t in graph.outputs]
+    poison(outputs)
+    rc = call(km.json, got_inputs, outputs)
+    if rc != 0:
+        return [Mismatch(km.name, 0.0, float("inf"), 0, 0, f"the kernel returned {rc}")]
+    fake = graph.fake_outputs
+    real = [o for o, t in zip(outputs, graph.outputs) if t not in fake]
+    return compare(graph, real, got_inputs, reference.run(graph, ref_inputs), ref_inputs)
+
+
 def _read_inputs(params) -> set[str]:
     return {n for p in params if p.kind == "input" for n in (p.members or (p.tensor,))}
 

@@ -238,3 +238,16 @@ def test_launchers_that_take_the_task_count_literally(tmp_path, capfd):
     rc, _ = short.call(km.json, [x, np.ones(4096, np.float32)])
     assert rc != 0
     assert "ran another number of tasks than it announced" in capfd.readouterr().err
+
+
+def test_verify_catches_a_kernel_of_another_computation(tmp_path):
+    from akgpy.kernel_meta import verify
+
+    def scaled(k: float) -> akgpy.Graph:
+        b = GraphBuilder("Fused_scale")
+        b.output(b.input("x", (16, 40), "float32") * k)
+        return b.build()
+    km = build_kernel_meta(scaled(2.0), tmp_path)
+    assert verify(scaled(2.0), km) == []
+    bad = verify(scaled(3.0), km)
+    assert bad and bad[0].bad == 16 * 40

@@ -121,3 +121,16 @@ def test_env_opts_a_shell_in_and_off_opts_it_out():
                          capture_output=True, text=True, env={**env, "MS_DEV_GRAPH_KERNEL_FLAGS": "--opt_level=1"},
                          timeout=60)
     assert run.stdout.strip() == "--opt_level=1"
+
+
+def test_a_kernel_that_fails_verification_is_withdrawn(akg_ms, tmp_path, monkeypatch):
+    import akgpy.kernel_meta
+    from akgpy.testing import Mismatch
+    monkeypatch.setattr(akgpy.kernel_meta, "verify", lambda g, km, seed=0: [Mismatch("out", 1e-4, 1.0, 3, 10, "x")])
+    rec = json.loads(REQUESTS[0].read_text())
+    attrs = dict(rec.get("attrs") or {}, compile_cache=str(tmp_path))
+    assert akg_ms.compilewithjson(json.dumps(rec["json"]), json.dumps(attrs)) is True
+    meta_dir = tmp_path / "akg_kernel_meta"
+    assert not list(meta_dir.glob("*.json")) and not list(meta_dir.glob("*.so"))
+    (entry,) = _log(meta_dir)
+    assert entry["status"] == "handed back" and "does not match the numpy reference" in entry["detail"]

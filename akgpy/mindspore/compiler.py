@@ -31,7 +31,7 @@ def kernel_meta_dir(attrs: dict) -> Path:
 def compilewithjson(json_str: Any, attrs: Any = None) -> bool:
     """Build the kernel MindSpore asks for; True in every case (see the module docstring)."""
     start = time.perf_counter()
-    op = "?"
+    op, km = "?", None
     try:
         attrs_d = _attrs(attrs)
         out = kernel_meta_dir(attrs_d)
@@ -41,20 +41,42 @@ def compilewithjson(json_str: Any, attrs: Any = None) -> bool:
     try:
         desc = json.loads(json_str) if isinstance(json_str, (str, bytes)) else json_str
         op = str(desc.get("op", "?")) if isinstance(desc, dict) else "?"
+        from .. import config
         from ..errors import AkgpyError
-        from ..kernel_meta import build_kernel_meta
+        from ..frontends.composite import load_composite
+        from ..kernel_meta import build_kernel_meta, verify
         try:
-            km = build_kernel_meta(desc, out, attrs_d)
+            graph = load_composite(desc)
+            km = build_kernel_meta(graph, out, attrs_d)
         except AkgpyError as e:
             _record(out, op, "handed back", str(e), start)
             return True
+        checked = config.VERIFY_KERNELS.get() != "0"
+        if checked:
+            bad = verify(graph, km)
+            if bad:
+                _withdraw(km)
+                _record(out, op, "handed back", f"the kernel does not match the numpy reference: {bad[0]}", start,
+                        level=logging.ERROR)
+                return True
         _record(out, op, "compiled", f"graph {km.meta['graph_hash'][:16]} tir {km.meta['tir_hash']} "
-                f"{km.meta['schedule_path'].get('path', '')}", start)
+                f"{km.meta['schedule_path'].get('path', '')} {'verified' if checked else 'not verified'}", start)
         return True
     except Exception as e:  # noqa: BLE001 - a compiler bug hands the kernel back, loudly
+        if km is not None:
+            _withdraw(km)
         _record(out, op, "handed back", f"akgpy failed: {type(e).__name__}: {e}\n{traceback.format_exc()}", start,
                 level=logging.ERROR)
         return True
+
+
+def _withdraw(km) -> None:
+    """Remove a kernel MindSpore must not use: the .json first, since MindSpore looks for it."""
+    for path in (km.json, km.library):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 
 def _attrs(attrs: Any) -> dict:

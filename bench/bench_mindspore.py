@@ -1,0 +1,141 @@
+"""Stock MindSpore 2.10 on CPU with akgpy as its AKG, against its bundled AKG and against no
+graph-kernel fusion: the zoo networks' step time (median of >= 50 steps) and first-step
+(compile) time, each configuration in its own process with a fresh MS_COMPILER_CACHE_PATH.
+
+    python bench/bench_mindspore.py [--steps 101] [--networks a,b] [--out bench/results/mindspore]
+
+Writes `<out>.md` (the table) and `<out>.json` (the rows). Configurations run interleaved per
+network (akgpy, bundled, nofusion, in that order) so a change in the machine's load hits all
+three; akgpy compiles into a fresh compile cache of its own, so its compile time is cold like the
+bundled AKG's. Needs `mindspore==2.10.0` and `decorator`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from akgpy.errors import AkgpyError  # noqa: E402
+from akgpy.mindspore.runner import FLAGS, MODES, run_network  # noqa: E402
+from akgpy.mindspore.zoo import NETWORKS  # noqa: E402
+
+DEFAULT_OUT = REPO / "bench" / "results" / "mindspore"
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _commit() -> str:
+    r = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return r.stdout.strip() or "?"
+
+
+def bench(names: list[str], steps: int, timeout: float) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="akgpy_bench_ms_") as tmp:
+        for name in names:
+            row: dict = {"network": name, "load_before": os.getloadavg()[0]}
+            for mode in MODES:
+                cache = Path(tmp) / name / mode
+                env = {"AKGPY_CACHE": str(cache / "akgpy_cache")}
+                try:
+                    r = run_network(name, mode, steps, cache, timeout, env=env)
+                except AkgpyError as e:
+                    row[mode] = {"error": str(e).splitlines()[0][:300]}
+                    print(f"{name} {mode}: FAILED {row[mode]['error']}", flush=True)
+                    continue
+                row[mode] = {k: r[k] for k in ("compile_s", "step_s", "steps", "threads_last", "meta")}
+                print(f"{name} {mode}: step {r['step_s'] * 1e3:.3f} ms, compile {r['compile_s']:.2f} s, "
+                      f"meta {r['meta']}", flush=True)
+            row["load_after"] = os.getloadavg()[0]
+            rows.append(row)
+    return rows
+
+
+def _ms(c: dict) -> str:
+    return f"{c['step_s'] * 1e3:.3f}" if "step_s" in c else "failed"
+
+
+def _ratio(a: dict, b: dict) -> str:
+    return f"{b['step_s'] / a['step_s']:.2f}x" if "step_s" in a and "step_s" in b else "-"
+
+
+def _compile(c: dict) -> str:
+    return f"{c['compile_s']:.2f}" if "compile_s" in c else "-"
+
+
+def _kernels(c: dict) -> str:
+    if "meta" not in c:
+        return "-"
+    m = c["meta"]
+    return f"{m['json_akgpy']} / {m['info']} ({m['log'].get('handed back', 0)} handed back)"
+
+
+def table(rows: list[dict], header: dict) -> str:
+    lines = [
+        "# MindSpore with akgpy as its AKG",
+        "",
+        f"`python bench/bench_mindspore.py --steps {header['steps']}` at {header['commit']}, {header['date']}; "
+        f"MindSpore {header['mindspore']}, CPU: {header['cpu']} ({header['cores']} cores), Python {header['python']}.",
+        f"Graph-kernel flags (akgpy and bundled alike): `{FLAGS}`. Each configuration in its own process, fresh "
+        "MS_COMPILER_CACHE_PATH (and a fresh akgpy compile cache): compile is the first step's wall time, "
+        f"step the median of the {header['steps'] - 1} steps after it (ms). Speed-ups > 1 mean akgpy is faster.",
+        "",
+        "| network | akgpy ms | bundled AKG ms | no fusion ms | akgpy vs bundled | akgpy vs no fusion "
+        "| compile s: akgpy | bundled | no fusion | kernels akgpy compiled / asked | load avg (1 min) before, after |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for r in rows:
+        a, b, n = r.get("akgpy", {}), r.get("bundled", {}), r.get("nofusion", {})
+        lines.append(f"| {r['network']} | {_ms(a)} | {_ms(b)} | {_ms(n)} | {_ratio(a, b)} | {_ratio(a, n)} "
+                     f"| {_compile(a)} | {_compile(b)} | {_compile(n)} | {_kernels(a)} "
+                     f"| {r['load_before']:.2f}, {r['load_after']:.2f} |")
+    errors = [(r["network"], m, r[m]["error"]) for r in rows for m in MODES if "error" in r.get(m, {})]
+    if errors:
+        lines += ["", "Failed runs:", ""] + [f"- {n} ({m}): {e}" for n, m, e in errors]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=101, help="steps per run, the first compiles (default: %(default)s)")
+    ap.add_argument("--networks", default=None, help="comma-separated zoo names (default: all)")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per run (default: %(default)s)")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="writes <out>.md and <out>.json")
+    ns = ap.parse_args(argv)
+    if ns.steps < 51:
+        raise SystemExit("--steps must be at least 51 (a median of >= 50 steps after the compiling one)")
+    names = ns.networks.split(",") if ns.networks else list(NETWORKS)
+    unknown = [n for n in names if n not in NETWORKS]
+    if unknown:
+        raise SystemExit(f"unknown networks {unknown}; the zoo has {', '.join(NETWORKS)}")
+    import importlib.metadata
+    header = {"steps": ns.steps, "commit": _commit(), "date": time.strftime("%Y-%m-%d %H:%M"),
+              "mindspore": importlib.metadata.version("mindspore"), "cpu": _cpu(), "cores": os.cpu_count(),
+              "python": platform.python_version()}
+    rows = bench(names, ns.steps, ns.timeout)
+    ns.out.parent.mkdir(parents=True, exist_ok=True)
+    ns.out.with_suffix(".json").write_text(json.dumps({"header": header, "rows": rows}, indent=1) + "\n")
+    ns.out.with_suffix(".md").write_text(table(rows, header))
+    print(table(rows, header))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -8,7 +8,9 @@ shim's `akg.ms.compilewithjson(json_str, attrs)` saves `{"json": ..., "attrs": .
 forwards the request to MindSpore's bundled AKG in a child interpreter (the bundled package is
 also named `akg`, so it cannot share the shim's process), so MindSpore sees a normal compile and
 keeps sending what it normally sends. The requests are then loaded with akgpy, deduplicated by
-structural hash, and at most --max-files are written, op diversity first.
+structural hash, and at most --max-files are written, op diversity first; one request per op
+sequence akgpy refuses to load is kept as well (tests/test_composite_v2.py's EXCLUDED), and the
+refusals are printed.
 """
 from __future__ import annotations
 

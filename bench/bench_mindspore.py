@@ -2,7 +2,7 @@
 graph-kernel fusion: the zoo networks' step time (median of >= 50 steps) and first-step
 (compile) time, each configuration in its own process with a fresh MS_COMPILER_CACHE_PATH.
 
-    python bench/bench_mindspore.py [--steps 101] [--networks a,b] [--out bench/results/mindspore]
+    python bench/bench_mindspore.py [--steps 201] [--networks a,b] [--out bench/results/mindspore]
 
 Writes `<out>.md` (the table) and `<out>.json` (the rows). Configurations run interleaved per
 network (akgpy, bundled, nofusion, in that order) so a change in the machine's load hits all
@@ -95,7 +95,8 @@ def table(rows: list[dict], header: dict) -> str:
         f"MindSpore {header['mindspore']}, CPU: {header['cpu']} ({header['cores']} cores), Python {header['python']}.",
         f"Graph-kernel flags (akgpy and bundled alike): `{FLAGS}`. Each configuration in its own process, fresh "
         "MS_COMPILER_CACHE_PATH (and a fresh akgpy compile cache): compile is the first step's wall time, "
-        f"step the median of the {header['steps'] - 1} steps after it (ms). Speed-ups > 1 mean akgpy is faster.",
+        f"step the median of the {header['steps'] - 1} steps after it (ms). Speed-ups > 1 mean akgpy is faster. "
+        f"akgpy's compile includes checking each kernel against numpy (AKGPY_VERIFY_KERNELS={header['verify']}).",
         "",
         "| network | akgpy ms | bundled AKG ms | no fusion ms | akgpy vs bundled | akgpy vs no fusion "
         "| compile s: akgpy | bundled | no fusion | kernels akgpy compiled / asked | load avg (1 min) before, after |",
@@ -114,7 +115,7 @@ def table(rows: list[dict], header: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=101, help="steps per run, the first compiles (default: %(default)s)")
+    ap.add_argument("--steps", type=int, default=201, help="steps per run, the first compiles (default: %(default)s)")
     ap.add_argument("--networks", default=None, help="comma-separated zoo names (default: all)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run (default: %(default)s)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="writes <out>.md and <out>.json")
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     import importlib.metadata
     header = {"steps": ns.steps, "commit": _commit(), "date": time.strftime("%Y-%m-%d %H:%M"),
               "mindspore": importlib.metadata.version("mindspore"), "cpu": _cpu(), "cores": os.cpu_count(),
-              "python": platform.python_version()}
+              "python": platform.python_version(), "verify": os.environ.get("AKGPY_VERIFY_KERNELS", "1")}
     rows = bench(names, ns.steps, ns.timeout)
     ns.out.parent.mkdir(parents=True, exist_ok=True)
     ns.out.with_suffix(".json").write_text(json.dumps({"header": header, "rows": rows}, indent=1) + "\n")

@@ -178,7 +178,7 @@ UFUNCS: dict[str, Callable] = {
 E = _elementwise
 REFERENCE: dict[str, Callable[[Op, list, list[Tensor], Tensor], Any]] = {
     **{name: E(fn) for name, fn in UFUNCS.items()},
-    "RealDiv": E(_truediv), "Reciprocal": E(_reciprocal),
+    "RealDiv": E(_truediv), "Div": E(_truediv), "Reciprocal": E(_reciprocal),
     "Erf": E(lambda x: _erf(x).astype(np.float64)),
     "Concat": lambda op, args, ins, out: np.concatenate(args, axis=op.attrs["axis"]),
     "StridedSlice": _slice, "Gather": _gather,
@@ -258,7 +258,9 @@ def evaluate(g: Graph, inputs: Sequence[Any] | Mapping[str, Any]) -> dict[str, n
             continue
         if op.name == "Assign":
             env[op.inputs[0]] = _round(args[1], ins[0])
-            env[out.name] = _round(args[1], out)
+            # a fake_output slot holds nothing (never written): zeros stand for it
+            fake = bool(op.attrs.get("fake_output", False))
+            env[out.name] = np.zeros(out.shape, dtypes.to_numpy(out.dtype)) if fake else _round(args[1], out)
             continue
         if op.name == "AddN":
             acc = args[0]

@@ -12,6 +12,7 @@ import numpy as np
 
 from . import dtypes, reference
 from .graph.ir import Graph
+from .ops.registry import canonical_name
 
 # Ops whose fp16 result involves no rounding (AKG's precision_analyze exemption list).
 ROUNDING_FREE = frozenset({"Minimum", "Maximum", "Reshape", "ZerosLike", "Tile", "Select", "InplaceAssign",
@@ -47,31 +48,32 @@ def required_signs(g: Graph) -> dict[str, int]:
             need.setdefault(name, sign)
 
     for op in reversed(g.ops):
-        if op.name in ("Log", "Sqrt", "Rsqrt", "Reciprocal", "Pow"):
+        name = canonical_name(op.name)  # Div is RealDiv, TensorAdd is Add
+        if name in ("Log", "Sqrt", "Rsqrt", "Reciprocal", "Pow"):
             want(op.inputs[0], 1)
-        elif op.name == "RealDiv":
+        elif name == "RealDiv":
             want(op.inputs[1], 1)
         sign = need.get(op.outputs[0])
         if sign is None:
             continue
-        if op.name in ("Mul", "MatMul", "Conv2D"):  # a product: the first factor carries the sign
+        if name in ("Mul", "MatMul", "Conv2D"):  # a product: the first factor carries the sign
             want(op.inputs[0], sign)
             for x in op.inputs[1:]:
                 want(x, 1)
-        elif op.name in _SIGN_KEEPING:
+        elif name in _SIGN_KEEPING:
             for x in op.inputs:
                 want(x, sign)
-        elif op.name == "Sub":
+        elif name == "Sub":
             want(op.inputs[0], sign)
             want(op.inputs[1], -sign)
-        elif op.name == "Neg":
+        elif name == "Neg":
             want(op.inputs[0], -sign)
-        elif op.name == "RealDiv":
+        elif name == "RealDiv":
             want(op.inputs[0], sign)
-        elif op.name == "Select":
+        elif name == "Select":
             want(op.inputs[1], sign)
             want(op.inputs[2], sign)
-        elif op.name in ("InplaceAssign", "Assign"):
+        elif name in ("InplaceAssign", "Assign"):
             want(op.inputs[1], sign)
     return need
 
@@ -89,7 +91,7 @@ def random_inputs(g: Graph, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     zero = atomic_targets(g)
     signs = required_signs(g)
-    int_lo = 1 if any(op.name in ("RealDiv", "Reciprocal") and g.tensors[op.outputs[0]].dtype in dtypes.INTS
+    int_lo = 1 if any(canonical_name(op.name) in ("RealDiv", "Reciprocal") and g.tensors[op.outputs[0]].dtype in dtypes.INTS
                       for op in g.ops) else 0
     out = []
     for name in g.inputs:

@@ -227,6 +227,13 @@ def test_realdiv_int32_truncates_toward_zero():
     golden(binary("RealDiv", x, y, "int32", (8,)), [3, -3, -3, 3, 2, 0, 0, -2], "int32")
 
 
+@covers("Div")
+def test_div_is_realdiv():
+    golden(binary("Div", f32([1.0, 7.0, -3.0]), f32([4.0, 2.0, 8.0]), "float32", (3,)), [0.25, 3.5, -0.375],
+           "float32")
+    golden(binary("Div", arr([7, -7], np.int32), arr([2, 2], np.int32), "int32", (2,)), [3, -3], "int32")
+
+
 @covers("Maximum", "Minimum")
 def test_maximum_minimum():
     x = f32([1.0, 5.0, -3.0, 0.5])

@@ -132,6 +132,16 @@ def _value_attr(d: Any, attr: str, *, op: str, where: str) -> tuple[int, ...] | 
     return tuple(items)
 
 
+def _placeholder_output(in_names, out_names, tensors) -> bool:
+    """MindSpore 2.x declares an optimizer's Assign with a one-element output when only the write
+    matters (the Adam update): that slot is a placeholder, never written, like InplaceAssign's
+    fake_output (docs/ops.md)."""
+    if len(in_names) != 2 or len(out_names) != 1:
+        return False
+    target, out = tensors[in_names[0]], tensors[out_names[0]]
+    return out.size == 1 and target.size != 1
+
+
 def _check_v2_attrs(op_name: str, attrs: dict[str, Any], *, op: str) -> None:
     for key, default in _ONLY_DEFAULT.get(op_name, {}).items():
         if attrs.get(key, default) != default:
@@ -231,6 +241,8 @@ def load_composite(src: Any) -> Graph:
                 raise FormatError("an op output cannot be a constant", op=label, tensor=td.name)
             define(td, op=label)
             out_names.append(td.name)
+        if op_name == "Assign" and _placeholder_output(in_names, out_names, tensors):
+            attrs.setdefault("fake_output", True)
         extra = {k: v for k, v in raw.items() if k not in _OP_KEYS}
         ops.append(Op(op_name, tuple(in_names), tuple(out_names), attrs, extra=extra))
 

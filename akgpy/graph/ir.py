@@ -142,7 +142,7 @@ class Graph:
     def fake_outputs(self) -> frozenset[str]:
         fake = set()
         for op in self.ops:
-            if op.name == "InplaceAssign" and bool(op.attrs.get("fake_output", False)):
+            if op.name in ("InplaceAssign", "Assign") and bool(op.attrs.get("fake_output", False)):
                 fake.update(op.outputs)
         return frozenset(n for n in self.outputs if n in fake)
 

@@ -138,6 +138,7 @@ _BINARY: dict[str, Callable[[Range, Range], Range]] = {
     "Sub": lambda a, b: _r(a.lo - b.hi, a.hi - b.lo),
     "Mul": _mul,
     "RealDiv": _div,
+    "Div": _div,
     "Maximum": lambda a, b: Range(max(a.lo, b.lo), max(a.hi, b.hi)),
     "Minimum": lambda a, b: Range(min(a.lo, b.lo), min(a.hi, b.hi)),
 }

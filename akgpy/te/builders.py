@@ -227,7 +227,7 @@ def arith(fn: Callable, roles: tuple[str, ...]) -> Callable:
 
 # graph ops whose output element is NaN whenever the same element of an input of the output's
 # shape is: a NaN reaches a later Maximum through them
-_NAN_KEEPING = frozenset({"Add", "TensorAdd", "Sub", "Mul", "RealDiv", "Neg", "Abs", "Exp", "Log", "Sqrt", "Rsqrt",
+_NAN_KEEPING = frozenset({"Add", "TensorAdd", "Sub", "Mul", "RealDiv", "Div", "Neg", "Abs", "Exp", "Log", "Sqrt", "Rsqrt",
                           "Reciprocal", "Tanh", "Erf", "Cast", "AddN"})
 
 
@@ -690,7 +690,7 @@ BUILDERS: dict[str, Callable] = {
     "Tanh": math(fastmath.tanh, te.tanh, fastmath.tanh_to_half), "Erf": E(fastmath.erf),
     "Add": arith(lambda a, b: a + b, TERMS), "TensorAdd": arith(lambda a, b: a + b, TERMS),
     "Sub": arith(lambda a, b: a - b, TERMS), "Mul": arith(_product, TERMS),
-    "RealDiv": arith(_div, ("numerator", "divisor")), "Maximum": extremum(True), "Minimum": extremum(False),
+    "RealDiv": arith(_div, ("numerator", "divisor")), "Div": arith(_div, ("numerator", "divisor")), "Maximum": extremum(True), "Minimum": extremum(False),
     "Pow": E(te.power),
     "Greater": E(lambda a, b: a > b), "GreaterEqual": E(lambda a, b: a >= b),
     "Less": E(lambda a, b: a < b), "LessEqual": E(lambda a, b: a <= b),

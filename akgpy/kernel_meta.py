@@ -39,13 +39,16 @@ class KernelMeta:
     meta: dict  # the .json's content
 
 
-def build_kernel_meta(source: Any, out_dir: str | os.PathLike, attrs: Any = None, *, target=None) -> KernelMeta:
+def build_kernel_meta(source: Any, out_dir: str | os.PathLike, attrs: Any = None, *, target=None,
+                      config=None) -> KernelMeta:
     """Compile `source` (composite JSON text, a path, a dict or a Graph) into `<out_dir>/<name>.so`
     and `<out_dir>/<name>.json`, `name` being the graph's (the composite `op`). `attrs`: the
     framework's build attributes (a dict or JSON text, MindSpore's), checked to be an object and
     otherwise not read: akgpy's choices come from the target and the compile cache. `target`:
     what akgpy.resolve_target accepts; None: the graph's `target_info` (the machine compiling, when
-    that names its architecture: the kernels run where they are compiled). The .json is written
+    that names its architecture: the kernels run where they are compiled). `config`: an
+    akgpy.ScheduleConfig; None: the backend's defaults for a kernel the caller's launcher runs
+    (`Backend.standalone_config`). The .json is written
     last, so a reader that finds it finds the library too. Raises an AkgpyError naming the op
     and tensor for what akgpy refuses."""
     from .frontends.composite import load_composite
@@ -57,7 +60,7 @@ def build_kernel_meta(source: Any, out_dir: str | os.PathLike, attrs: Any = None
     tgt = _target(graph, target)
     from .graph.canonical import canonical_names
     canon = canonical_names(graph)
-    obj = kernel_object(canon, tgt)
+    obj = kernel_object(canon, tgt, config)
     bindings, moves, args = plan(canon, obj.params, original=graph)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -76,17 +79,19 @@ def build_kernel_meta(source: Any, out_dir: str | os.PathLike, attrs: Any = None
     return KernelMeta(graph.name, symbol, lib, meta_path, meta)
 
 
-def kernel_object(graph, target):
+def kernel_object(graph, target, config=None):
     """The KernelObject (runtime/kernel_object.py) of `graph` (names canonical: graph/canonical.py)
     for a resolved target: from the compile cache, else compiled as akgpy.fuse compiles it, and
-    stored."""
+    stored. `config`: None is the backend's `standalone_config(target)`."""
     from .pipeline import compile_graph
     from .runtime.kernel_object import pack_object, unpack_object
     from .targets import backend_for
     from .tune.cache import cached
-    return cached(graph, target, schedule="poly", config=None,
+    backend = backend_for(target)
+    config = config or backend.standalone_config(target)
+    return cached(graph, target, schedule="poly", config=config,
                   compile=lambda t, cfg: compile_graph(graph, t, config=cfg, cache=False),
-                  artifact_format=backend_for(target).object_format, pack=pack_object,
+                  artifact_format=backend.object_format, pack=pack_object,
                   restore=lambda rec, t, recompile: unpack_object(rec.artifact, rec.manifest),
                   fresh=lambda prog, packed: unpack_object(*(packed or pack_object(prog))))
 

@@ -94,7 +94,7 @@ def _kernel(g: Graph, kg: Graph, graph_note: str | None, target: Target, schedul
 
     if graph_note:
         dump(ident(g.name), "0_graph_rewritten.txt", lambda: f"{graph_note}\n{kg.describe()}")
-    low = lower(kg, vector_math=schedule == "poly")
+    low = lower(kg, vector_math=schedule == "poly", output_align=cfg.output_align)
     dump(low.name, "1_te.py", low.func.script)
 
     backend = backend_for(target)
@@ -102,7 +102,7 @@ def _kernel(g: Graph, kg: Graph, graph_note: str | None, target: Target, schedul
     try:
         if schedule == "poly":
             from .schedule.poly import poly_schedule
-            mod, report = poly_schedule(low, cfg, target, relower=lambda: lower(kg, vector_math=False),
+            mod, report = poly_schedule(low, cfg, target, relower=lambda: lower(kg, vector_math=False, output_align=cfg.output_align),
                                         streams=backend.streams(low, cfg, target))
         else:
             mod = plain_schedule(low, cfg, target).mod

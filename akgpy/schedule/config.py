@@ -232,6 +232,11 @@ class ScheduleConfig:
     tile_i: int = _f(8, Range(1, 32), "contraction register tile: the most rows (schedule/plain.register_tile)")
     tile_j_vectors: int = _f(3, Range(1, 16), "contraction register tile: the most columns, in vectors")
     min_parallel: int = _f(2, Range(1, 1024, log=True), "a fused outer loop shorter than this runs serially")
+    # akgpy's runtime allocates outputs whole-cache-line aligned (streaming stores need it); a
+    # framework's buffers are aligned as it pleases, and a self-contained kernel copies through a
+    # temporary any output less aligned than it assumes (docs/kernel_meta.md)
+    output_align: int = _f(64, Choices((0, 64)), "bytes of alignment a kernel assumes of its outputs; 0: their "
+                           "dtype's (no streaming stores)")
     parallel: bool = _f(True, BOOL, "use the thread pool at all")
     unroll: bool = _f(True, BOOL, "unroll the contraction's row tile")
     # poly schedule only

@@ -41,6 +41,11 @@ class Backend(ABC):
     def export(self, executable, path) -> None:
         """Write `executable` to `path` as one artifact of `artifact_format`."""
 
+    def standalone_config(self, target: Target) -> ScheduleConfig:
+        """The choices for a self-contained kernel, whose parallel loops run on the caller's
+        launcher (docs/kernel_meta.md) rather than this backend's own runtime."""
+        return self.default_config(target)
+
     def export_object(self, executable) -> bytes:
         """The kernel's relocatable object code (`object_format`), for a self-contained kernel
         linked with its own runtime (docs/kernel_meta.md)."""

@@ -44,9 +44,10 @@ class Param:
         return self.members or (self.tensor,)
 
 
-def param_align(kind: str, itemsize: int) -> int:
-    """Bytes of alignment the kernel assumes of a parameter of this kind and element size."""
-    return OUTPUT_ALIGN if kind == "output" else itemsize
+def param_align(kind: str, itemsize: int, output_align: int = OUTPUT_ALIGN) -> int:
+    """Bytes of alignment the kernel assumes of a parameter of this kind and element size;
+    `output_align` 0: outputs too only their dtype's (a caller allocates them)."""
+    return (output_align or itemsize) if kind == "output" else itemsize
 
 
 def with_alignment(func, aligns: list[int]):

@@ -23,7 +23,7 @@ from tvm import te, tirx
 from ..errors import CompileError, UnsupportedOpError
 from ..graph.ir import Graph, Op, Tensor
 from ..graph.ranges import value_ranges
-from .abi import Param, param_align, stack_label, stack_plan, with_alignment
+from .abi import OUTPUT_ALIGN, Param, param_align, stack_label, stack_plan, with_alignment
 from .builders import BUILDERS
 from .index import extents, index_dtype, operand_index
 from .operand import Operand, compute_dtype, logical, storage
@@ -53,8 +53,9 @@ class StackMember:
 
 
 class Lowerer:
-    def __init__(self, g: Graph, vector_math: bool = True):
+    def __init__(self, g: Graph, vector_math: bool = True, output_align: int = OUTPUT_ALIGN):
         self.g = g
+        self.output_align = output_align  # te/abi.param_align: what the kernel assumes of its outputs
         # for a schedule that vectorises what it proves contiguous (poly): float32 exp/log/tanh as
         # arithmetic (te/fastmath.py), short-row sums as interleaved lane partials (builders._reduce)
         self.vector_math = vector_math
@@ -193,7 +194,7 @@ class Lowerer:
                 t = self.compute(shape, _copy_fn(operand, desc), role="output", suffix=f"_{ident(name)}")
             taken.add(t)
             out_tensors.append(t)
-            params.append(Param(kind, name, shape, dt, param_align(kind, np.dtype(dt).itemsize)))
+            params.append(Param(kind, name, shape, dt, param_align(kind, np.dtype(dt).itemsize, self.output_align)))
 
         for name in g.real_outputs:
             bind("output", name, g.tensors[name], self.operand(name))
@@ -249,10 +250,11 @@ def ident(name: str) -> str:
     return s if s and not s[0].isdigit() else f"k_{s}"
 
 
-def lower(g: Graph, *, vector_math: bool = True) -> Lowered:
+def lower(g: Graph, *, vector_math: bool = True, output_align: int = OUTPUT_ALIGN) -> Lowered:
     """`vector_math`: build float32 exp/log/tanh from arithmetic, which pays off in vector loops
     (the poly schedule's); in scalar loops libm is faster (yolo softmax, plain: 110 vs 280 ms).
     It also sums contiguous blocks with a short innermost dim as 8 interleaved partials, a vector
     loop for poly, 2.6x slower in the plain schedule's scalar loops (yolo loss sum), more than 8
-    where a broadcast operand's period asks for it."""
-    return Lowerer(g, vector_math).run()
+    where a broadcast operand's period asks for it. `output_align`: bytes of alignment the kernel
+    assumes of its outputs (te/abi.param_align; ScheduleConfig.output_align)."""
+    return Lowerer(g, vector_math, output_align).run()

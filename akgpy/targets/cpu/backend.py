@@ -37,6 +37,9 @@ class CpuBackend(Backend):
     def export(self, executable, path) -> None:
         executable.export_library(str(path))
 
+    def standalone_config(self, target: Target) -> ScheduleConfig:
+        return defaults.standalone_config(target)
+
     def export_object(self, executable) -> bytes:
         return standalone.object_code(executable)
 

@@ -92,3 +92,19 @@ def default_config(target: Target) -> ScheduleConfig:
     return ScheduleConfig(stream_read_heavy_min_bytes=STREAM_READ_HEAVY_LLCS_BY_CPU.get(cpu, 0) * llc,
                           narrow_transpose_bytes=NARROW_TRANSPOSE_BYTES_BY_CPU.get(cpu, 16),
                           prefetch_bytes=PREFETCH_BYTES, chain_registers=chains, **streams)
+
+
+# Statement instances a nest needs before a self-contained kernel runs it in parallel. Its
+# parallel loops run on the caller's launcher (MindSpore's: an OpenMP region per loop), which
+# costs microseconds a launch when idle and up to a time slice when another process holds a
+# core; TVM's spinning pool, which `min_parallel_work`'s default is sized for, costs less.
+# bench/results/mindspore_kernels.md has the per-kernel measurements.
+STANDALONE_MIN_PARALLEL_WORK = 1 << 15
+
+
+def standalone_config(target: Target) -> ScheduleConfig:
+    """`default_config` for a kernel the caller's launcher runs, on the caller's buffers: parallel
+    only for larger nests, outputs assumed only dtype-aligned (frameworks' allocators give 16
+    bytes: a 64-byte assumption would copy most outputs through a temporary each call)."""
+    return default_config(target).replace(min_parallel_work=STANDALONE_MIN_PARALLEL_WORK, output_align=0)
+

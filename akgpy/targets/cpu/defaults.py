@@ -99,7 +99,7 @@ def default_config(target: Target) -> ScheduleConfig:
 # costs microseconds a launch when idle and up to a time slice when another process holds a
 # core; TVM's spinning pool, which `min_parallel_work`'s default is sized for, costs less.
 # bench/results/mindspore_kernels.md has the per-kernel measurements.
-STANDALONE_MIN_PARALLEL_WORK = 1 << 15
+STANDALONE_MIN_PARALLEL_WORK = 1 << 16
 
 
 def standalone_config(target: Target) -> ScheduleConfig:

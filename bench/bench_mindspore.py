@@ -29,18 +29,9 @@ sys.path.insert(0, str(REPO))
 from akgpy.errors import AkgpyError  # noqa: E402
 from akgpy.mindspore.runner import FLAGS, MODES, run_network  # noqa: E402
 from akgpy.mindspore.zoo import NETWORKS  # noqa: E402
+from akgpy.tune.machine import cpu_model  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench" / "results" / "mindspore"
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _commit() -> str:
@@ -144,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown networks {unknown}; the zoo has {', '.join(NETWORKS)}")
     import importlib.metadata
     header = {"steps": ns.steps, "rounds": ns.rounds, "commit": _commit(), "date": time.strftime("%Y-%m-%d %H:%M"),
-              "mindspore": importlib.metadata.version("mindspore"), "cpu": _cpu(), "cores": os.cpu_count(),
+              "mindspore": importlib.metadata.version("mindspore"), "cpu": cpu_model(), "cores": os.cpu_count(),
               "python": platform.python_version(), "verify": os.environ.get("AKGPY_VERIFY_KERNELS", "1")}
     rows = bench(names, ns.steps, ns.timeout, ns.rounds)
     ns.out.parent.mkdir(parents=True, exist_ok=True)

@@ -151,9 +151,9 @@ def main(argv=None) -> int:
 
 
 def _write(rows: list[dict], out: Path, load: list[float], ns) -> None:
-    import platform
+    from akgpy.tune.machine import cpu_model
     lines = ["# akgpy's kernels against MindSpore's bundled AKG, kernel by kernel", "",
-             f"`python bench/bench_mindspore_kernels.py` on {time.strftime('%Y-%m-%d %H:%M')}, {platform.processor() or platform.machine()}, "
+             f"`python bench/bench_mindspore_kernels.py` on {time.strftime('%Y-%m-%d %H:%M')}, {cpu_model()}, "
              f"{os.cpu_count()} cores; load average at the start of each thread count: {', '.join(f'{x:.2f}' for x in load)}.",
              "Each pair: the same request, the same arrays (16 bytes past a cache line, as MindSpore's), the same "
              f"OpenMP launcher; best of {ns.repeats} runs of {ns.calls} back-to-back calls (us per call). "

@@ -129,10 +129,14 @@ def test_outputs_match_unfused(runs):
 
 def test_kernels_start_no_threads(runs):
     """From the second step on (MindSpore's launch pipeline started), the count stays put, and the
-    akgpy run holds the threads the bundled-AKG run holds: kernels use MindSpore's pool."""
-    ours, theirs = runs["akgpy"], runs["bundled"]
+    akgpy run holds no thread, by name, beyond those of the bundled-AKG or the unfused run (how
+    many actor threads MindSpore starts varies from run to run): kernels use MindSpore's pool."""
+    from collections import Counter
+    ours = runs["akgpy"]
     assert len(set(ours["threads_per_step"][1:])) == 1, ours["threads_per_step"]
-    assert ours["thread_names"] == theirs["thread_names"], (ours["thread_names"], theirs["thread_names"])
+    allowed = Counter(runs["bundled"]["thread_names"]) | Counter(runs["nofusion"]["thread_names"])
+    extra = Counter(ours["thread_names"]) - allowed
+    assert not extra, (ours["thread_names"], dict(allowed))
 
 
 def test_second_run_compiles_nothing(runs):

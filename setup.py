@@ -19,10 +19,11 @@ setup(
         "test": ["pytest>=7", "hypothesis>=6", "pytest-timeout>=2.2", "pytest-xdist>=3", "onnx>=1.16",
                  "onnxruntime>=1.18", "ray>=2.9", "optuna>=3.4", "lightgbm>=4.0"],
         "onnx": ["onnx>=1.16"],
-        "torch": ["torch"],
+        "torch": ["torch==2.13.0"],  # pinned: an unpinned torch pulls a multi-GB CUDA build
         "distributed": ["ray>=2.9"],  # akgpy-tune --ray
         "tune": ["lightgbm>=4.0", "optuna>=3.4"],  # search="model" (default) / "tpe" (tune/search.py); "random" needs nothing
         "cli": ["rich>=13", "matplotlib>=3.7"],  # akgpy-tune's progress bar and report plots (optional)
     },
-    entry_points={"console_scripts": ["akgpy-tune = akgpy.tune.cli:main"]},
+    entry_points={"console_scripts": ["akgpy-tune = akgpy.tune.cli:main"],
+                  "torch_dynamo_backends": ["akgpy = akgpy.torch.backend:akgpy_backend"]},
 )

@@ -1,0 +1,63 @@
+"""`torch.compile(model, backend="akgpy")`: an AOTAutograd backend (forward and backward arrive
+as ATen FX graphs after torch's core-ATen decompositions). Each graph is partitioned with
+torch's CapabilityBasedPartitioner on what akgpy converts (support.py); each partition becomes
+a FusedPartition (fused.py), everything else stays a torch call in the returned GraphModule."""
+from __future__ import annotations
+
+import torch
+from torch._decomp import core_aten_decompositions
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
+from torch.fx.node import _get_qualified_name
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
+
+from .convert import VIEW_OPS
+from .fused import FusedPartition
+from .report import GraphReport, PartitionReport, Report, start_report
+
+PREFIX = "akgpy_"
+
+
+def partition_graph(gm: torch.fx.GraphModule, kind: str = "forward") -> tuple[torch.fx.GraphModule, GraphReport]:
+    """gm with every fused partition replaced by a FusedPartition submodule (in place), and its report."""
+    from .support import AkgpySupport
+    support = AkgpySupport()
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=False,
+                                             non_compute_ops=[_get_qualified_name(op) for op in VIEW_OPS])
+    partitions = partitioner.propose_partitions()
+    report = GraphReport(kind, len(calls))
+    inside = {n for p in partitions for n in p.nodes}
+    for n in calls:
+        if n not in inside:
+            why = support.reasons.get(n, "converted, but its partition had one compute op or only views")
+            report.in_torch.append((n.name, str(n.target), why))
+    records = [PartitionReport(f"{PREFIX}{k}", [str(n.target) for n in sorted(p.nodes, key=calls.index)])
+               for k, p in enumerate(partitions)]
+    gm = fuse_by_partitions(gm, [dict(p.nodes) for p in partitions], prefix=PREFIX, always_return_tuple=True)
+    for rec in records:
+        part = FusedPartition(getattr(gm, rec.name), rec)
+        rec.module = part
+        setattr(gm, rec.name, part)
+        report.partitions.append(rec)
+    gm.recompile()
+    return gm, report
+
+
+def _compiler(report: Report, kind: str):
+    def compile_fx(gm: torch.fx.GraphModule, example_inputs):
+        gm, graph_report = partition_graph(gm, kind)
+        report.graphs.append(graph_report)
+        gm.akgpy_report = graph_report
+        return make_boxed_func(gm.forward)
+    return compile_fx
+
+
+def akgpy_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
+    """The dynamo backend (entry point `akgpy` of `torch_dynamo_backends`)."""
+    report = start_report()
+    backend = aot_autograd(fw_compiler=_compiler(report, "forward"), bw_compiler=_compiler(report, "backward"),
+                           inference_compiler=_compiler(report, "inference"),
+                           decompositions=core_aten_decompositions())
+    return backend(gm, example_inputs, **kwargs)

@@ -1,0 +1,335 @@
+"""ATen FX graph (one fused partition) -> akgpy model Graph, for concrete input shapes.
+
+One converter per ATen overload in CONVERTERS, each writing GraphBuilder calls the way
+frontends/onnx.py writes them for ONNX (softmax, layer norm and gelu expanded into primitives, so
+the partitioner sees through them). A converter's result is checked against the node's FakeTensor
+(`meta["val"]`): dtype cast where torch's type promotion says so, shape compared where static, so
+a converter that disagrees with torch fails the conversion (and the partition runs in torch)
+instead of computing something else.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..errors import AttrError, ShapeError, UnsupportedOpError
+from ..graph.builder import GraphBuilder, Value
+from ..graph.ir import Graph
+from ..ops.registry import broadcast_shapes
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+# torch dtypes a fused partition takes and returns (DLPack and torch.from_numpy carry them as they are)
+DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.int8: "int8", torch.uint8: "uint8",
+          torch.int16: "int16", torch.int32: "int32", torch.int64: "int64", torch.bool: "bool"}
+
+
+def akg_dtype(dt: torch.dtype) -> str:
+    if dt not in DTYPES:
+        raise ShapeError(f"torch dtype {dt} is not converted; akgpy takes {', '.join(map(str, DTYPES))}")
+    return DTYPES[dt]
+
+
+def _meta_like(v: Any) -> Any:
+    """A stand-in for torch.result_type: a meta tensor of v's dtype and rank (rank 0 stays a
+    scalar tensor, which promotes differently from a dimensioned one); a number as itself."""
+    if isinstance(v, Value):
+        dt = next(t for t, n in DTYPES.items() if n == v.dtype)
+        return torch.empty((1,) * len(v.shape), dtype=dt, device="meta")
+    return v
+
+
+def _as(b: GraphBuilder, v: Any, dtype: str) -> Any:
+    return b.cast(v, dtype) if isinstance(v, Value) and v.dtype != dtype else v
+
+
+def _compute_dtype(x: Any, y: Any) -> str:
+    return akg_dtype(torch.result_type(_meta_like(x), _meta_like(y)))
+
+
+# -- converters: (builder, node's out dtype, *args, **kwargs) -> Value or tuple of Values --------
+
+def _binary(akg: str) -> Callable:
+    def conv(b, out, x, y, alpha=1):
+        if alpha != 1:
+            y = b.mul(y, alpha) if isinstance(y, Value) else y * alpha
+        return b._binary(akg, _as(b, x, out), _as(b, y, out))
+    return conv
+
+
+def _compare(akg: str) -> Callable:
+    def conv(b, out, x, y):
+        dt = _compute_dtype(x, y)
+        return b._binary(akg, _as(b, x, dt), _as(b, y, dt), "bool")
+    return conv
+
+
+def _unary(fn: Callable[[GraphBuilder, Value], Value]) -> Callable:
+    def conv(b, out, x):
+        return fn(b, _as(b, x, out))
+    return conv
+
+
+def _sigmoid(b: GraphBuilder, x: Value) -> Value:
+    return b.div(1.0, b.add(b.exp(b.neg(x)), 1.0))
+
+
+def _gelu(b, out, x, approximate="none"):
+    if approximate == "tanh":
+        inner = b.mul(b.add(x, b.mul(b.mul(b.mul(x, x), x), 0.044715)), math.sqrt(2.0 / math.pi))
+        return b.mul(b.mul(x, 0.5), b.add(b.tanh(inner), 1.0))
+    return b.mul(b.mul(x, 0.5), b.add(b.erf(b.mul(x, 1.0 / math.sqrt(2.0))), 1.0))
+
+
+def _where(b, out, c, x, y):
+    x, y = _as(b, x, out), _as(b, y, out)
+    shape = broadcast_shapes([c.shape, x.shape, y.shape], tensor=c.name)
+    c, x, y = (v if tuple(v.shape) == shape else b.broadcast_to(v, shape, v.dtype) for v in (c, x, y))
+    return b.op("Select", [c, x, y], shape, out)
+
+
+def _clamp(b, out, x, min=None, max=None):
+    x = _as(b, x, out)
+    if min is not None:
+        x = b.maximum(x, min)
+    if max is not None:
+        x = b.minimum(x, max)
+    return x
+
+
+def _threshold_backward(b, out, grad, x, threshold):
+    return b.select(b._binary("LessEqual", x, threshold, "bool"), 0.0, grad)
+
+
+def _axes(dim: Any, rank: int) -> list[int] | None:
+    """ATen's reduction dims: None or [] reduce every axis."""
+    if dim is None or (isinstance(dim, (list, tuple)) and not dim):
+        return None
+    dims = dim if isinstance(dim, (list, tuple)) else [dim]
+    return [d % max(rank, 1) for d in dims]
+
+
+def _sum(b, out, x, dim=None, keepdim=False, *, dtype=None):
+    return b.reduce_sum(_as(b, x, out), _axes(dim, len(x.shape)), keepdim)
+
+
+def _mean(b, out, x, dim=None, keepdim=False, *, dtype=None):
+    x = _as(b, x, out)
+    axes = _axes(dim, len(x.shape))
+    n = math.prod(x.shape if axes is None else [x.shape[a] for a in axes])
+    return b.mul(b.reduce_sum(x, axes, keepdim), 1.0 / n)
+
+
+def _amax(b, out, x, dim=(), keepdim=False):
+    return b.reduce_max(x, _axes(dim, len(x.shape)), keepdim)
+
+
+def _softmax(b, out, x, dim, half_to_float=False):
+    x = _as(b, x, out)
+    e = b.exp(b.sub(x, b.reduce_max(x, dim, keepdims=True)))
+    return b.div(e, b.reduce_sum(e, dim, keepdims=True))
+
+
+def _log_softmax(b, out, x, dim, half_to_float=False):
+    x = _as(b, x, out)
+    s = b.sub(x, b.reduce_max(x, dim, keepdims=True))
+    return b.sub(s, b.log(b.reduce_sum(b.exp(s), dim, keepdims=True)))
+
+
+def _softmax_backward(b, out, grad, y, dim, input_dtype):
+    return b.mul(y, b.sub(grad, b.reduce_sum(b.mul(grad, y), dim, keepdims=True)))
+
+
+def _log_softmax_backward(b, out, grad, y, dim, input_dtype):
+    return b.sub(grad, b.mul(b.exp(y), b.reduce_sum(grad, dim, keepdims=True)))
+
+
+def _layer_norm(b, out, x, normalized_shape, weight, bias, eps):
+    rank = len(x.shape)
+    axes = list(range(rank - len(normalized_shape), rank))
+    inv_n = 1.0 / math.prod(x.shape[a] for a in axes)
+    mean = b.mul(b.reduce_sum(x, axes, keepdims=True), inv_n)
+    d = b.sub(x, mean)
+    rstd = b.rsqrt(b.add(b.mul(b.reduce_sum(b.mul(d, d), axes, keepdims=True), inv_n), float(eps)))
+    y = b.mul(d, rstd)
+    if weight is not None:
+        y = b.mul(y, weight)
+    if bias is not None:
+        y = b.add(y, bias)
+    return y, mean, rstd
+
+
+def _mm(b, out, x, w):
+    return b.matmul(x, w)
+
+
+def _addmm(b, out, bias, x, w, *, beta=1, alpha=1):
+    y = b.matmul(x, w)
+    if alpha != 1:
+        y = b.mul(y, alpha)
+    return b.add(y, bias if beta == 1 else b.mul(bias, beta))
+
+
+def _view(b, out, x, shape):
+    return x if list(shape) == list(x.shape) else b.reshape(x, list(shape))
+
+
+def _permute(b, out, x, dims):
+    perm = [d % len(x.shape) for d in dims]
+    return x if perm == list(range(len(x.shape))) else b.transpose(x, perm)
+
+
+def _transpose(b, out, x, d0, d1):
+    rank = len(x.shape)
+    perm = list(range(rank))
+    if rank:
+        perm[d0 % rank], perm[d1 % rank] = perm[d1 % rank], perm[d0 % rank]
+    return _permute(b, out, x, perm)
+
+
+def _t(b, out, x):
+    return _permute(b, out, x, [1, 0]) if len(x.shape) == 2 else x
+
+
+def _expand(b, out, x, size, *, implicit=False):
+    lead = len(size) - len(x.shape)
+    shape = [x.shape[d - lead] if s == -1 else s for d, s in enumerate(size)]
+    return x if tuple(shape) == tuple(x.shape) else b.broadcast_to(x, shape, x.dtype)
+
+
+def _unsqueeze(b, out, x, dim):
+    rank = len(x.shape) + 1
+    shape = list(x.shape)
+    shape.insert(dim % rank, 1)
+    return b.reshape(x, shape)
+
+
+def _squeeze(b, out, x, dims=None):
+    rank = len(x.shape)
+    dims = range(rank) if dims is None else [d % max(rank, 1) for d in (dims if isinstance(dims, (list, tuple)) else [dims])]
+    drop = {d for d in dims if rank and x.shape[d] == 1}
+    return _view(b, out, x, [s for d, s in enumerate(x.shape) if d not in drop])
+
+
+def _identity(b, out, x, *args, **kwargs):
+    return x
+
+
+def _to_copy(b, out, x, *, dtype=None, **kwargs):
+    return _as(b, x, out)
+
+
+def _convert_element_type(b, out, x, dtype):
+    return _as(b, x, out)
+
+
+def _cat(b, out, xs, dim=0):
+    xs = [_as(b, v, out) for v in xs if math.prod(v.shape) or len(v.shape) != 1]  # torch skips empty 1-D
+    axis = dim % len(xs[0].shape)
+    shape = list(xs[0].shape)
+    shape[axis] = sum(v.shape[axis] for v in xs)
+    return b.op("Concat", xs, shape, out, axis=axis) if len(xs) > 1 else xs[0]
+
+
+CONVERTERS: dict[Any, Callable] = {
+    aten.add.Tensor: _binary("Add"), aten.add.Scalar: _binary("Add"),
+    aten.sub.Tensor: _binary("Sub"), aten.sub.Scalar: _binary("Sub"),
+    aten.rsub.Scalar: lambda b, out, x, y, alpha=1: _binary("Sub")(b, out, y, x if alpha == 1 else b.mul(x, alpha)),
+    aten.mul.Tensor: _binary("Mul"), aten.mul.Scalar: _binary("Mul"),
+    aten.div.Tensor: _binary("RealDiv"), aten.div.Scalar: _binary("RealDiv"),
+    aten.pow.Tensor_Scalar: _binary("Pow"), aten.pow.Tensor_Tensor: _binary("Pow"), aten.pow.Scalar: _binary("Pow"),
+    aten.maximum.default: _binary("Maximum"), aten.minimum.default: _binary("Minimum"),
+    aten.eq.Tensor: _compare("Equal"), aten.eq.Scalar: _compare("Equal"),
+    aten.gt.Tensor: _compare("Greater"), aten.gt.Scalar: _compare("Greater"),
+    aten.ge.Tensor: _compare("GreaterEqual"), aten.ge.Scalar: _compare("GreaterEqual"),
+    aten.lt.Tensor: _compare("Less"), aten.lt.Scalar: _compare("Less"),
+    aten.le.Tensor: _compare("LessEqual"), aten.le.Scalar: _compare("LessEqual"),
+    aten.neg.default: _unary(GraphBuilder.neg), aten.abs.default: _unary(GraphBuilder.abs),
+    aten.exp.default: _unary(GraphBuilder.exp), aten.log.default: _unary(GraphBuilder.log),
+    aten.sqrt.default: _unary(GraphBuilder.sqrt), aten.rsqrt.default: _unary(GraphBuilder.rsqrt),
+    aten.reciprocal.default: _unary(GraphBuilder.reciprocal), aten.tanh.default: _unary(GraphBuilder.tanh),
+    aten.erf.default: _unary(GraphBuilder.erf), aten.relu.default: _unary(GraphBuilder.relu),
+    aten.sigmoid.default: _unary(_sigmoid), aten.gelu.default: _gelu,
+    aten.where.self: _where, aten.clamp.default: _clamp, aten.threshold_backward.default: _threshold_backward,
+    aten.sum.dim_IntList: _sum, aten.sum.default: _sum, aten.mean.dim: _mean, aten.mean.default: _mean,
+    aten.amax.default: _amax,
+    aten._softmax.default: _softmax, aten._log_softmax.default: _log_softmax,
+    aten._softmax_backward_data.default: _softmax_backward,
+    aten._log_softmax_backward_data.default: _log_softmax_backward,
+    aten.native_layer_norm.default: _layer_norm,
+    aten.mm.default: _mm, aten.bmm.default: _mm, aten.addmm.default: _addmm,
+    aten.view.default: _view, aten._unsafe_view.default: _view, aten.reshape.default: _view,
+    aten.permute.default: _permute, aten.transpose.int: _transpose, aten.t.default: _t,
+    aten.expand.default: _expand, aten.unsqueeze.default: _unsqueeze,
+    aten.squeeze.default: _squeeze, aten.squeeze.dim: _squeeze, aten.squeeze.dims: _squeeze,
+    aten.clone.default: _identity, aten.alias.default: _identity, aten._to_copy.default: _to_copy,
+    prims.convert_element_type.default: _convert_element_type, aten.cat.default: _cat,
+}
+
+# ops that move no data in torch (views); a partition of these alone is left to torch
+VIEW_OPS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.permute.default,
+            aten.transpose.int, aten.t.default, aten.expand.default, aten.unsqueeze.default,
+            aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.alias.default, aten.clone.default)
+
+
+def _settle(b: GraphBuilder, v: Value, val: Any, node: torch.fx.Node) -> Value:
+    """v as torch computes it: torch's result dtype, and the shape torch infers (its static dims;
+    a symbolic one is whatever this call's inputs make it)."""
+    if not isinstance(val, torch.Tensor):
+        return v
+    v = _as(b, v, akg_dtype(val.dtype))
+    want = list(val.shape)
+    if len(v.shape) != len(want) or any(isinstance(w, int) and w != s for w, s in zip(want, v.shape)):
+        raise ShapeError(f"converted to {list(v.shape)}, torch infers {want}", op=str(node.target), tensor=node.name)
+    return v
+
+
+def to_graph(gm: torch.fx.GraphModule, inputs: Sequence[tuple[tuple[int, ...], str]], name: str) -> tuple[Graph, list]:
+    """The partition `gm` as a model Graph whose inputs have these (shape, akgpy dtype)s; also,
+    per graph output, the index of the partition output it is (outputs computed twice, or
+    passed through, share a graph output)."""
+    b = GraphBuilder(name, model=True)
+    env: dict[torch.fx.Node, Any] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(inputs):
+        raise ShapeError(f"partition {name} takes {len(placeholders)} inputs, got {len(inputs)}")
+    for k, (node, (shape, dt)) in enumerate(zip(placeholders, inputs)):
+        env[node] = b.input(f"in{k}", shape, dt)
+    outs: Any = None
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            continue
+        if node.op == "output":
+            outs = node.args[0]
+            break
+        if node.op != "call_function":
+            raise UnsupportedOpError(f"FX node {node.op} is not converted", tensor=node.name)
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: env[n])
+        if node.target is operator.getitem:
+            env[node] = args[0][args[1]]
+            continue
+        conv = CONVERTERS.get(node.target)
+        if conv is None:
+            raise UnsupportedOpError(f"no akgpy converter for {node.target}", tensor=node.name)
+        val = node.meta.get("val")
+        out_dt = akg_dtype(val.dtype) if isinstance(val, torch.Tensor) else None
+        try:
+            res = conv(b, out_dt, *args, **kwargs)
+        except (TypeError, ValueError, IndexError, KeyError) as e:
+            raise AttrError(f"cannot convert: {type(e).__name__}: {e}", op=str(node.target), tensor=node.name) from None
+        if isinstance(res, tuple):
+            env[node] = tuple(_settle(b, r, m, node) for r, m in zip(res, val))
+        else:
+            env[node] = _settle(b, res, val, node)
+    flat = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    values = [env[n] for n in flat]
+    first: dict[str, int] = {}
+    for v in values:
+        first.setdefault(v.name, len(first))
+    b.output(*(v for v in {v.name: v for v in values}.values()))
+    return b.build(), [first[v.name] for v in values]
+

@@ -1,0 +1,85 @@
+"""FusedPartition: one fused ATen partition run as an akgpy program, compiled per concrete
+input shape, with tensors crossing by DLPack / torch.from_numpy (no copies where the layout
+allows). A partition akgpy cannot convert, compile or run for a shape runs in torch instead,
+with the reason in its PartitionReport."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..pipeline import compile_model
+from .convert import akg_dtype, to_graph
+from .report import PartitionReport
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor as a numpy array over the same memory (a contiguous copy first if it is not)."""
+    t = t.detach()
+    if t.is_conj() or t.is_neg():
+        t = t.resolve_conj().resolve_neg()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    return np.from_dlpack(t)
+
+
+def to_torch(a: np.ndarray) -> torch.Tensor:
+    """An array akgpy produced as a tensor over the same memory."""
+    return torch.from_numpy(a)
+
+
+@dataclass
+class _Entry:
+    program: Any  # the akgpy ModelProgram, or None: this shape runs in torch
+    outputs: list[int]  # per partition output, the program output it is
+
+
+class FusedPartition(torch.nn.Module):
+    def __init__(self, gm: torch.fx.GraphModule, record: PartitionReport):
+        super().__init__()
+        self.gm, self.record = gm, record
+        self.compiled: dict[tuple, _Entry] = {}
+        self._lock = threading.Lock()
+
+    def forward(self, *args: torch.Tensor) -> tuple:
+        key = tuple((tuple(a.shape), a.dtype) for a in args)
+        entry = self.compiled.get(key)
+        if entry is None:
+            entry = self._compile(key)
+        if entry.program is not None:
+            try:
+                outs = entry.program(*(to_numpy(a) for a in args))
+            except Exception as e:  # never the user's error: this shape runs in torch from now on
+                self._fall_back(key, f"akgpy run failed: {type(e).__name__}: {e}")
+            else:
+                res = [to_torch(o) for o in outs]
+                return tuple(res[i] for i in entry.outputs)
+        res = self.gm(*args)
+        return tuple(res) if isinstance(res, (tuple, list)) else (res,)
+
+    def _compile(self, key: tuple) -> _Entry:
+        with self._lock:
+            if key in self.compiled:
+                return self.compiled[key]
+            try:
+                graph, outputs = to_graph(self.gm, [(shape, akg_dtype(dt)) for shape, dt in key], self.record.name)
+                entry = _Entry(compile_model(graph), outputs)
+                self.record.programs += 1
+            except Exception as e:  # a conversion or compile failure leaves this shape to torch
+                entry = _Entry(None, [])
+                self.record.fallbacks[_label(key)] = f"{type(e).__name__}: {e}"
+            self.compiled[key] = entry
+            return entry
+
+    def _fall_back(self, key: tuple, why: str) -> None:
+        with self._lock:
+            self.compiled[key] = _Entry(None, [])
+            self.record.programs -= 1
+            self.record.fallbacks[_label(key)] = why
+
+
+def _label(key: tuple) -> str:
+    return ", ".join(f"{str(dt).removeprefix('torch.')}{list(shape)}" for shape, dt in key)

@@ -1,0 +1,155 @@
+"""torch.compile(model, backend="akgpy"): results match eager, training included, unsupported ops
+stay torch calls, each input shape compiled, tensors cross without copies."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import numpy as np  # noqa: E402
+
+import akgpy.torch as akt  # noqa: E402
+from akgpy.torch.backend import akgpy_backend  # noqa: E402
+from akgpy.torch.fused import to_numpy  # noqa: E402
+
+TOL = dict(rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _mlp(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 16), torch.nn.ReLU(),
+                               torch.nn.Linear(16, 4))
+
+
+def _forward_graph():
+    rep = akt.last_report()
+    assert rep is not None and rep.graphs
+    return rep.graphs[0]
+
+
+def test_mlp_forward_matches_eager():
+    m = _mlp()
+    x = torch.randn(5, 8)
+    with torch.no_grad():
+        got = torch.compile(m, backend=akgpy_backend)(x)
+        want = m(x)
+    torch.testing.assert_close(got, want, **TOL)
+    g = _forward_graph()
+    assert g.programs >= 1 and g.fused_nodes >= 5  # three addmm, gelu, relu at least
+    assert not g.left_to_torch(), str(g)
+
+
+def test_unsupported_op_in_the_middle_stays_in_torch():
+    def f(x):
+        y = torch.relu(x) * 2.0 + 1.0
+        return torch.exp(torch.cumsum(y, dim=1) * 0.1) - x
+
+    x = torch.randn(4, 6)
+    got = torch.compile(f, backend=akgpy_backend)(x)
+    torch.testing.assert_close(got, f(x), **TOL)
+    g = _forward_graph()
+    left = g.left_to_torch()
+    assert list(left) == ["aten.cumsum.default"], str(g)
+    assert "no akgpy converter" in left["aten.cumsum.default"]
+    assert g.programs == 2 and g.fused_nodes == g.nodes - 1, str(g)
+
+
+def test_transformer_encoder_layer_forward_matches_eager():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0,
+                                             batch_first=True).eval()
+    x = torch.randn(2, 5, 16)
+    got = torch.compile(layer, backend=akgpy_backend)(x)
+    torch.testing.assert_close(got, layer(x), **TOL)
+    g = _forward_graph()
+    fused = [op for p in g.partitions if p.programs for op in p.ops]
+    for op in ("aten.native_layer_norm.default", "aten._softmax.default", "aten.bmm.default", "aten.addmm.default"):
+        assert op in fused, str(g)
+
+
+def test_mlp_training_step_gradients_match_eager():
+    ref, m = _mlp(1), _mlp(1)
+    x, target = torch.randn(6, 8), torch.randn(6, 4)
+    step = torch.compile(lambda xs, ts: torch.nn.functional.mse_loss(m(xs), ts), backend=akgpy_backend)
+    loss = step(x, target)
+    loss.backward()
+    ref_loss = torch.nn.functional.mse_loss(ref(x), target)
+    ref_loss.backward()
+    torch.testing.assert_close(loss, ref_loss, **TOL)
+    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, **TOL, msg=lambda s, n=name: f"{n}: {s}")
+    kinds = {g.kind: g for g in akt.last_report().graphs}
+    assert kinds["backward"].programs >= 1, str(akt.last_report())
+    for opt in (torch.optim.SGD(m.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)):
+        opt.step()
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, **TOL)
+
+
+def test_second_input_shape_is_compiled_and_matches():
+    m = _mlp()
+    c = torch.compile(m, backend=akgpy_backend, dynamic=False)
+    with torch.no_grad():
+        for rows in (3, 7):
+            x = torch.randn(rows, 8)
+            torch.testing.assert_close(c(x), m(x), **TOL)
+    g = _forward_graph()  # dynamic=False: the second shape is a second dynamo graph
+    rows = {shape[0] for p in g.partitions for key in p.module.compiled for shape, _ in key if shape}
+    assert g.programs >= 1 and 7 in rows, str(g)
+
+
+def test_symbolic_sizes_compile_per_concrete_shape():
+    m = _mlp()
+    c = torch.compile(m, backend=akgpy_backend, dynamic=True)
+    with torch.no_grad():
+        for rows in (3, 9):
+            x = torch.randn(rows, 8)
+            torch.testing.assert_close(c(x), m(x), **TOL)
+    g = _forward_graph()
+    rows = {shape[0] for p in g.partitions for key in p.module.compiled for shape, _ in key if shape}
+    assert g.programs >= 2 and {3, 9} <= rows, str(g)
+
+
+def test_backend_by_name_through_the_entry_point():
+    from importlib.metadata import entry_points
+    assert any(ep.value == "akgpy.torch.backend:akgpy_backend" for ep in entry_points(group="torch_dynamo_backends")
+               if ep.name == "akgpy")
+    m = _mlp()
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(m, backend="akgpy")(x), m(x), **TOL)
+    assert _forward_graph().programs >= 1
+
+
+def test_tensors_cross_without_copies():
+    t = torch.randn(4, 5)
+    assert to_numpy(t).ctypes.data == t.data_ptr()
+    produced = []
+
+    def f(x):
+        return torch.tanh(x) * 2.0 + 1.0
+
+    c = torch.compile(f, backend=akgpy_backend)
+    x = torch.randn(8, 16)
+    c(x)
+    part = next(p for g in akt.last_report().graphs for p in g.partitions if p.programs).module
+    (key, entry), = part.compiled.items()
+    program = entry.program
+
+    def recording(*arrays):
+        outs = program(*arrays)
+        produced.extend(outs)
+        return outs
+
+    entry.program = recording
+    y = c(x)
+    torch.testing.assert_close(y, f(x), **TOL)
+    assert isinstance(produced[0], np.ndarray)
+    assert y.data_ptr() == produced[0].ctypes.data

@@ -4,6 +4,8 @@ torch's CapabilityBasedPartitioner on what akgpy converts (support.py); each par
 a FusedPartition (fused.py), everything else stays a torch call in the returned GraphModule."""
 from __future__ import annotations
 
+import operator
+
 import torch
 from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
@@ -19,6 +21,10 @@ from .report import GraphReport, PartitionReport, Report, start_report
 PREFIX = "akgpy_"
 
 
+def op_name(target) -> str:
+    return "getitem" if target is operator.getitem else str(target)
+
+
 def partition_graph(gm: torch.fx.GraphModule, kind: str = "forward") -> tuple[torch.fx.GraphModule, GraphReport]:
     """gm with every fused partition replaced by a FusedPartition submodule (in place), and its report."""
     from .support import AkgpySupport
@@ -32,8 +38,9 @@ def partition_graph(gm: torch.fx.GraphModule, kind: str = "forward") -> tuple[to
     for n in calls:
         if n not in inside:
             why = support.reasons.get(n, "converted, but its partition had one compute op or only views")
-            report.in_torch.append((n.name, str(n.target), why))
-    records = [PartitionReport(f"{PREFIX}{k}", [str(n.target) for n in sorted(p.nodes, key=calls.index)])
+            report.in_torch.append((n.name, op_name(n.target), why))
+    order = {n: k for k, n in enumerate(calls)}
+    records = [PartitionReport(f"{PREFIX}{k}", [op_name(n.target) for n in sorted(p.nodes, key=order.__getitem__)])
                for k, p in enumerate(partitions)]
     gm = fuse_by_partitions(gm, [dict(p.nodes) for p in partitions], prefix=PREFIX, always_return_tuple=True)
     for rec in records:

@@ -70,8 +70,42 @@ def test_transformer_encoder_layer_forward_matches_eager():
     torch.testing.assert_close(got, layer(x), **TOL)
     g = _forward_graph()
     fused = [op for p in g.partitions if p.programs for op in p.ops]
-    for op in ("aten.native_layer_norm.default", "aten._softmax.default", "aten.bmm.default", "aten.addmm.default"):
+    for op in ("aten.native_layer_norm.default", "aten._softmax.default", "aten.bmm.default", "aten.select.int"):
         assert op in fused, str(g)
+    assert not g.left_to_torch(), str(g)
+
+
+def test_mask_and_indexing_ops_match_eager():
+    def f(x):
+        m = x > 0.25
+        y = torch.where(~m, x * 2.0, torch.exp(x))
+        hit = torch.any(x != 0.5, dim=1, keepdim=True)
+        z = y[:, 1:5:2] + y.select(1, 0).unsqueeze(1) + torch.full_like(y[:, :2], 3.0) * hit
+        return z, m.logical_not()
+
+    x = torch.randn(6, 7)
+    got, want = torch.compile(f, backend=akgpy_backend)(x), f(x)
+    torch.testing.assert_close(got[0], want[0], **TOL)
+    assert torch.equal(got[1], want[1])
+    g = _forward_graph()
+    assert not g.left_to_torch() and g.programs == 1, str(g)
+
+
+def test_conversion_failure_runs_the_partition_in_torch(monkeypatch):
+    from akgpy.torch import convert
+    monkeypatch.setitem(convert.CONVERTERS, torch.ops.aten.tanh.default,
+                        lambda b, out, x: b.reduce_sum(x, 0))  # disagrees with torch's shape
+
+    def f(x):
+        return torch.tanh(x * 2.0) + 1.0
+
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(torch.compile(f, backend=akgpy_backend)(x), f(x), **TOL)
+    g = _forward_graph()
+    (p,) = g.partitions
+    assert p.programs == 0 and len(p.fallbacks) == 1, str(g)
+    assert "torch infers [3, 4]" in next(iter(p.fallbacks.values()))
+    assert "aten.tanh.default" in g.left_to_torch()
 
 
 def test_mlp_training_step_gradients_match_eager():

@@ -105,6 +105,46 @@ def _threshold_backward(b, out, grad, x, threshold):
     return b.select(b._binary("LessEqual", x, threshold, "bool"), 0.0, grad)
 
 
+def _logical_not(b, out, x):
+    # a Select, not Equal(x, False): akgpy's Equal of bool operands fails LLVM codegen (fcmp on i1)
+    x = _as(b, x, "bool")
+    return b.op("Select", [x, b._const(False, "bool"), b._const(True, "bool")], x.shape, "bool")
+
+
+def _not_equal(b, out, x, y):
+    return _logical_not(b, out, _compare("Equal")(b, out, x, y))
+
+
+def _any(b, out, x, dim=None, keepdim=False):
+    hits = b.reduce_max(b.cast(x, "float32"), _axes(dim, len(x.shape)), keepdim)
+    return b._binary("Greater", hits, 0.0, "bool")
+
+
+def _full_like(b, out, x, value, **kwargs):
+    return b.broadcast_to(value, x.shape, out)
+
+
+def _slice(b, out, x, dim=0, start=None, end=None, step=1):
+    rank = len(x.shape)
+    dim %= rank
+    lo, hi, st = slice(start, end, step).indices(x.shape[dim])
+    if (lo, hi, st) == (0, x.shape[dim], 1):
+        return x
+    begin, stop, strides = [0] * rank, list(x.shape), [1] * rank
+    begin[dim], stop[dim], strides[dim] = lo, hi, st
+    shape = list(x.shape)
+    shape[dim] = len(range(lo, hi, st))
+    return b.op("StridedSlice", [x], shape, x.dtype, begin=begin, end=stop, strides=strides)
+
+
+def _select(b, out, x, dim, index):
+    rank = len(x.shape)
+    dim %= rank
+    index %= x.shape[dim]
+    y = _slice(b, out, x, dim, index, index + 1)
+    return b.reshape(y, [s for d, s in enumerate(x.shape) if d != dim])
+
+
 def _axes(dim: Any, rank: int) -> list[int] | None:
     """ATen's reduction dims: None or [] reduce every axis."""
     if dim is None or (isinstance(dim, (list, tuple)) and not dim):
@@ -248,6 +288,10 @@ CONVERTERS: dict[Any, Callable] = {
     aten.ge.Tensor: _compare("GreaterEqual"), aten.ge.Scalar: _compare("GreaterEqual"),
     aten.lt.Tensor: _compare("Less"), aten.lt.Scalar: _compare("Less"),
     aten.le.Tensor: _compare("LessEqual"), aten.le.Scalar: _compare("LessEqual"),
+    aten.ne.Tensor: _not_equal, aten.ne.Scalar: _not_equal, aten.logical_not.default: _logical_not,
+    aten.bitwise_not.default: _logical_not,  # of bool only (support.py)
+    aten.any.dim: _any, aten.any.dims: _any, aten.any.default: _any, aten.full_like.default: _full_like,
+    aten.slice.Tensor: _slice, aten.select.int: _select,
     aten.neg.default: _unary(GraphBuilder.neg), aten.abs.default: _unary(GraphBuilder.abs),
     aten.exp.default: _unary(GraphBuilder.exp), aten.log.default: _unary(GraphBuilder.log),
     aten.sqrt.default: _unary(GraphBuilder.sqrt), aten.rsqrt.default: _unary(GraphBuilder.rsqrt),

@@ -40,6 +40,8 @@ def unsupported_reason(node: torch.fx.Node) -> str | None:
         if why:
             return why
     kw = node.kwargs
+    if node.target is torch.ops.aten.bitwise_not.default and node.args[0].meta["val"].dtype != torch.bool:
+        return "bitwise_not of integers (converted for bool only)"
     if kw.get("rounding_mode") is not None:
         return f"rounding_mode={kw['rounding_mode']!r}"
     if node.target is torch.ops.aten._to_copy.default and any(

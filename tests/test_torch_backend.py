@@ -127,6 +127,21 @@ def test_mlp_training_step_gradients_match_eager():
         torch.testing.assert_close(p, q, **TOL)
 
 
+def test_transformer_encoder_layer_training_gradients_match_eager():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0, batch_first=True)
+    ref = torch.nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0, batch_first=True)
+    ref.load_state_dict(layer.state_dict())
+    x = torch.randn(2, 5, 16)
+    torch.compile(layer, backend=akgpy_backend)(x).square().mean().backward()
+    ref(x).square().mean().backward()
+    for (name, p), q in zip(layer.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, **TOL, msg=lambda s, n=name: f"{n}: {s}")
+    kinds = {g.kind: g for g in akt.last_report().graphs}
+    assert kinds["forward"].fused_nodes == kinds["forward"].nodes and kinds["backward"].programs >= 1, \
+        str(akt.last_report())
+
+
 def test_second_input_shape_is_compiled_and_matches():
     m = _mlp()
     c = torch.compile(m, backend=akgpy_backend, dynamic=False)

@@ -13,6 +13,7 @@ import pytest
 
 import akgpy
 from akgpy import GraphBuilder, reference
+from akgpy.testing import check_program
 
 SHAPE = (4, 48)
 SPECIAL = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 3.0, 0.1, -2.5, 65504.0, -65504.0, 6e-8, -6e-8,
@@ -191,3 +192,16 @@ def test_share_exp_is_off_unless_inexact_math_is_asked_for():
     np.testing.assert_array_equal(got[1], want[1])
     loose = akgpy.fuse(g, config=default_config().replace(inexact_math=True))
     assert "share_exp" in loose.explain()
+
+
+@pytest.mark.parametrize("schedule", ["poly", "plain"])
+def test_equal_of_bools(schedule):
+    """Equal on two bool operands (a mask compared with a mask or a constant, as torch's
+    decompositions emit): TVM's LLVM code generator compared i1 vectors with `fcmp`, invalid IR."""
+    b = GraphBuilder("eq_bool")
+    x, y = b.input("x", (64,), "bool"), b.input("y", (64,), "bool")
+    b.output(b.equal(x, y), b.equal(x, False))
+    g = b.build()
+    prog = akgpy.fuse(g, schedule=schedule)
+    assert not check_program(g, prog)
+    assert not check_program(g, prog, seed=1)

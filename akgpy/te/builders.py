@@ -210,6 +210,13 @@ def _fenced_operands(lw: Lowerer, op: Op, roles: list[str]) -> list[bool]:
     return fenced
 
 
+def _equal(a, b):
+    # TVM's LLVM code generator compares bools as floats (`fcmp oeq <N x i1>`, invalid IR): as int8
+    if dt(a) == "bool" and dt(b) == "bool":
+        return a.astype("int8") == b.astype("int8")
+    return a == b
+
+
 def arith(fn: Callable, roles: tuple[str, ...]) -> Callable:
     """An elementwise builder (see `elementwise`) whose float operands TVM must not fold away:
     `roles` names each operand's role for `_const_folds`."""
@@ -694,7 +701,7 @@ BUILDERS: dict[str, Callable] = {
     "Pow": E(te.power),
     "Greater": E(lambda a, b: a > b), "GreaterEqual": E(lambda a, b: a >= b),
     "Less": E(lambda a, b: a < b), "LessEqual": E(lambda a, b: a <= b),
-    "Equal": arith(lambda a, b: a == b, ("compared", "compared")),
+    "Equal": arith(_equal, ("compared", "compared")),
     "Select": E(_select), "Cast": cast, "AddN": addn,
     "Complex": complex_, "CReal": complex_part(0), "CImag": complex_part(1),
     "BroadcastTo": broadcast_to, "OneHot": one_hot,

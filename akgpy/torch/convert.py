@@ -106,7 +106,7 @@ def _threshold_backward(b, out, grad, x, threshold):
 
 
 def _logical_not(b, out, x):
-    # a Select, not Equal(x, False): akgpy's Equal of bool operands fails LLVM codegen (fcmp on i1)
+    # one Select: not x
     x = _as(b, x, "bool")
     return b.op("Select", [x, b._const(False, "bool"), b._const(True, "bool")], x.shape, "bool")
 

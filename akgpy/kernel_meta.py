@@ -112,6 +112,7 @@ def plan(graph, params: Sequence, *, original=None):
     fake = graph.fake_outputs
     nbytes = {n: graph.tensors[n].size * to_numpy(graph.tensors[n].dtype).itemsize for n in graph.tensors}
     bindings, moves, bound = [], [], set()
+    read = _read_inputs(params)
     for p in params:
         members = p.members or (p.tensor,)
         if p.kind == "output":
@@ -128,7 +129,7 @@ def plan(graph, params: Sequence, *, original=None):
             size = nbytes[members[0]]
             bindings.append(Binding(p.dtype, p.shape, p.align, copy_in=tuple(
                 Copy(in_arg[m], k * size, size) for k, m in enumerate(members))))
-        elif p.kind == "inplace" and p.tensor in _read_inputs(params):
+        elif p.kind == "inplace" and p.tensor in read:
             # the kernel reads the target's old values through another parameter: written apart
             bindings.append(Binding(p.dtype, p.shape, p.align, copy_out=(Copy(in_arg[p.tensor], 0, nbytes[p.tensor]),)))
         else:

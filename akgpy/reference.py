@@ -15,7 +15,7 @@ import numpy as np
 from . import dtypes
 from .errors import ArgumentError, UnsupportedOpError
 from .graph.ir import NZ, Graph, Op, Tensor
-from .ops.registry import matmul_dims, reduce_axes, uses_logical_broadcast
+from .ops.registry import canonical, matmul_dims, reduce_axes, uses_logical_broadcast
 
 
 def _wide(x: np.ndarray) -> np.ndarray:
@@ -169,7 +169,7 @@ def _cast(op, args, ins, out):
 UFUNCS: dict[str, Callable] = {
     "Neg": np.negative, "Abs": np.abs, "Exp": np.exp, "Log": np.log, "Sqrt": np.sqrt,
     "Rsqrt": lambda x: 1.0 / np.sqrt(x), "Reciprocal": lambda x: 1.0 / x, "Tanh": np.tanh,
-    "Add": np.add, "TensorAdd": np.add, "Sub": np.subtract, "Mul": np.multiply,
+    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply,
     "Maximum": np.maximum, "Minimum": np.minimum, "Pow": np.power,
     "Greater": np.greater, "GreaterEqual": np.greater_equal, "Less": np.less,
     "LessEqual": np.less_equal, "Equal": np.equal,
@@ -178,7 +178,7 @@ UFUNCS: dict[str, Callable] = {
 E = _elementwise
 REFERENCE: dict[str, Callable[[Op, list, list[Tensor], Tensor], Any]] = {
     **{name: E(fn) for name, fn in UFUNCS.items()},
-    "RealDiv": E(_truediv), "Div": E(_truediv), "Reciprocal": E(_reciprocal),
+    "RealDiv": E(_truediv), "Reciprocal": E(_reciprocal),
     "Erf": E(lambda x: _erf(x).astype(np.float64)),
     "Concat": lambda op, args, ins, out: np.concatenate(args, axis=op.attrs["axis"]),
     "StridedSlice": _slice, "Gather": _gather,
@@ -213,7 +213,7 @@ def const_array(t: Tensor) -> np.ndarray:
 
 def apply_op(op: Op, args: Sequence[np.ndarray], ins: Sequence[Tensor], out: Tensor) -> np.ndarray:
     """One op on arrays: computed wide (float64/int64), rounded to the declared dtype."""
-    fn = REFERENCE.get(op.name)
+    fn = REFERENCE.get(canonical(op.name))
     if fn is None:
         raise UnsupportedOpError("no numpy implementation", op=op.name, tensor=out.name)
     with np.errstate(all="ignore"):
@@ -268,7 +268,7 @@ def evaluate(g: Graph, inputs: Sequence[Any] | Mapping[str, Any]) -> dict[str, n
                 acc = _round(np.add(_wide(acc), _wide(a)), out)
             env[out.name] = _round(acc, out)
             continue
-        fn = REFERENCE.get(op.name)
+        fn = REFERENCE.get(canonical(op.name))
         if fn is None:
             raise UnsupportedOpError("no numpy reference", op=op.label(i))
         with np.errstate(all="ignore"):

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import dtypes, reference
 from .graph.ir import Graph
-from .ops.registry import canonical_name
+from .ops.registry import canonical
 
 # Ops whose fp16 result involves no rounding (AKG's precision_analyze exemption list).
 ROUNDING_FREE = frozenset({"Minimum", "Maximum", "Reshape", "ZerosLike", "Tile", "Select", "InplaceAssign",
@@ -34,7 +34,7 @@ def atomic_targets(g: Graph) -> set[str]:
 
 # Ops through which a required sign passes to every operand unchanged (sum/product of
 # same-signed values keeps the sign; layout ops only move values).
-_SIGN_KEEPING = frozenset({"Cast", "Reshape", "Transpose", "BroadcastTo", "PadAkg", "UnPadAkg", "Add", "TensorAdd",
+_SIGN_KEEPING = frozenset({"Cast", "Reshape", "Transpose", "BroadcastTo", "PadAkg", "UnPadAkg", "Add",
                            "AddN", "Maximum", "Minimum", "ReduceSum", "ReduceMax"})
 
 
@@ -48,7 +48,7 @@ def required_signs(g: Graph) -> dict[str, int]:
             need.setdefault(name, sign)
 
     for op in reversed(g.ops):
-        name = canonical_name(op.name)  # Div is RealDiv, TensorAdd is Add
+        name = canonical(op.name)  # Div is RealDiv, TensorAdd is Add
         if name in ("Log", "Sqrt", "Rsqrt", "Reciprocal", "Pow"):
             want(op.inputs[0], 1)
         elif name == "RealDiv":
@@ -91,7 +91,7 @@ def random_inputs(g: Graph, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     zero = atomic_targets(g)
     signs = required_signs(g)
-    int_lo = 1 if any(canonical_name(op.name) in ("RealDiv", "Reciprocal") and g.tensors[op.outputs[0]].dtype in dtypes.INTS
+    int_lo = 1 if any(canonical(op.name) in ("RealDiv", "Reciprocal") and g.tensors[op.outputs[0]].dtype in dtypes.INTS
                       for op in g.ops) else 0
     out = []
     for name in g.inputs:

@@ -18,7 +18,7 @@ import json
 
 from typing import TYPE_CHECKING
 
-from ..ops.registry import NZ, canonical_name, lookup, reduce_axes
+from ..ops.registry import NZ, canonical, lookup, reduce_axes
 
 if TYPE_CHECKING:  # graph/ir.py imports this module (Graph.hash)
     from .ir import Graph
@@ -69,7 +69,7 @@ def canonical_form(g: Graph) -> list:
             attrs["keep_dims"] = bool(op.attrs.get("keep_dims", False))
         for k, o in enumerate(op.outputs):
             ref[o] = f"t{i}.{k}"
-        form.append([canonical_name(op.name), [operand(x) for x in op.inputs],
+        form.append([canonical(op.name), [operand(x) for x in op.inputs],
                      sorted(attrs.items()), [tdesc(o) for o in op.outputs]])
     form.append(["outputs", [ref[o] for o in g.outputs], sorted(ref[o] for o in g.fake_outputs)])
     return form

@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 
 from .ir import Graph, Op
+from ..ops.registry import canonical
 
 INF = math.inf
 
@@ -134,11 +135,9 @@ _UNARY: dict[str, Callable[[Range], Range]] = {
 }
 _BINARY: dict[str, Callable[[Range, Range], Range]] = {
     "Add": lambda a, b: _r(a.lo + b.lo, a.hi + b.hi),
-    "TensorAdd": lambda a, b: _r(a.lo + b.lo, a.hi + b.hi),
     "Sub": lambda a, b: _r(a.lo - b.hi, a.hi - b.lo),
     "Mul": _mul,
     "RealDiv": _div,
-    "Div": _div,
     "Maximum": lambda a, b: Range(max(a.lo, b.lo), max(a.hi, b.hi)),
     "Minimum": lambda a, b: Range(min(a.lo, b.lo), min(a.hi, b.hi)),
 }
@@ -156,10 +155,11 @@ def _const(value, dtype: str) -> Range:
 
 
 def _rule(op: Op, ins: list[Range], out_dtype: str) -> Range:
-    if op.name in _UNARY:
-        return _UNARY[op.name](ins[0])
-    if op.name in _BINARY:
-        return _BINARY[op.name](ins[0], ins[1])
+    name = canonical(op.name)
+    if name in _UNARY:
+        return _UNARY[name](ins[0])
+    if name in _BINARY:
+        return _BINARY[name](ins[0], ins[1])
     if op.name in _SAME:
         return ins[0]
     if op.name in ("Assign", "InplaceAssign"):  # the value passed through (lowering's rule)

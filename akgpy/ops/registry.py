@@ -472,6 +472,12 @@ def lookup(name: str, *, tensor: str | None = None) -> OpDef:
                                  op=name, tensor=tensor) from None
 
 
-def canonical_name(name: str) -> str:
-    row = lookup(name)
-    return row.canonical or row.name
+# alias -> the op it names (TensorAdd -> Add, Div -> RealDiv): the per-op tables (reference,
+# TE builders, value ranges) hold each op once and are read through `canonical`
+ALIASES: dict[str, str] = {row.name: row.canonical for row in _ROWS if row.canonical}
+
+
+def canonical(name: str) -> str:
+    """The op an op name stands for; an unknown name stays as it is (the caller reports it)."""
+    return ALIASES.get(name, name)
+

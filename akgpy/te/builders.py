@@ -14,7 +14,7 @@ from tvm import te, tirx
 from .. import dtypes
 from ..errors import UnsupportedOpError
 from ..graph.ir import NZ, Op, Tensor
-from ..ops.registry import OPS, Category, lookup, matmul_dims, reduce_axes
+from ..ops.registry import OPS, Category, canonical, lookup, matmul_dims, reduce_axes
 from . import fastmath
 from .extrema import nan_extremum
 from .index import digit_groups, logical_to_nz, nz_to_logical, repeats_every, reshape_index
@@ -234,7 +234,7 @@ def arith(fn: Callable, roles: tuple[str, ...]) -> Callable:
 
 # graph ops whose output element is NaN whenever the same element of an input of the output's
 # shape is: a NaN reaches a later Maximum through them
-_NAN_KEEPING = frozenset({"Add", "TensorAdd", "Sub", "Mul", "RealDiv", "Div", "Neg", "Abs", "Exp", "Log", "Sqrt", "Rsqrt",
+_NAN_KEEPING = frozenset({"Add", "Sub", "Mul", "RealDiv", "Neg", "Abs", "Exp", "Log", "Sqrt", "Rsqrt",
                           "Reciprocal", "Tanh", "Erf", "Cast", "AddN"})
 
 
@@ -243,7 +243,7 @@ def _nan_reaches(g, x: str, y: str) -> bool:
     shape = g.tensors[y].shape
 
     def follow(op):
-        if op.name not in _NAN_KEEPING or not g.tensors[op.outputs[0]].dtype.startswith("float"):
+        if canonical(op.name) not in _NAN_KEEPING or not g.tensors[op.outputs[0]].dtype.startswith("float"):
             return ()
         return [i for i in op.inputs if g.tensors[i].shape == shape and g.tensors[i].dtype.startswith("float")]
     return g.tensors[x].shape == shape and any(t == x for t, _ in g.ancestors(y, follow))
@@ -450,7 +450,7 @@ def _lane_split(lw, name: str, xs, inner_axes, exts) -> int:
     reads = [digit_groups(t, exts) for t in _broadcast_reads(lw.g, sources, xs, inner_axes)]
     if not reads:
         return SUM_LANES
-    math_ = any(op is not None and getattr(BUILDERS.get(op.name), "vector_math", False) for _, op in sources)
+    math_ = any(op is not None and getattr(BUILDERS.get(canonical(op.name)), "vector_math", False) for _, op in sources)
     for step in ((2 * SUM_LANES, SUM_LANES) if math_ else (SUM_LANES,)):
         for lanes in range(step, MAX_SUM_LANES + 1, step):
             if 4 * lanes <= block and all(repeats_every(g, block, lanes) for g in reads):
@@ -695,9 +695,9 @@ BUILDERS: dict[str, Callable] = {
     "Neg": E(lambda x: -x), "Abs": E(tirx.abs), "Exp": math(fastmath.exp, te.exp, fastmath.exp_to_half), "Log": math(fastmath.log, te.log), "Sqrt": E(te.sqrt),
     "Rsqrt": E(lambda x: _one(x) / te.sqrt(x)), "Reciprocal": arith(lambda x: _div(_one(x), x), ("divisor",)),
     "Tanh": math(fastmath.tanh, te.tanh, fastmath.tanh_to_half), "Erf": E(fastmath.erf),
-    "Add": arith(lambda a, b: a + b, TERMS), "TensorAdd": arith(lambda a, b: a + b, TERMS),
+    "Add": arith(lambda a, b: a + b, TERMS),
     "Sub": arith(lambda a, b: a - b, TERMS), "Mul": arith(_product, TERMS),
-    "RealDiv": arith(_div, ("numerator", "divisor")), "Div": arith(_div, ("numerator", "divisor")), "Maximum": extremum(True), "Minimum": extremum(False),
+    "RealDiv": arith(_div, ("numerator", "divisor")), "Maximum": extremum(True), "Minimum": extremum(False),
     "Pow": E(te.power),
     "Greater": E(lambda a, b: a > b), "GreaterEqual": E(lambda a, b: a >= b),
     "Less": E(lambda a, b: a < b), "LessEqual": E(lambda a, b: a <= b),

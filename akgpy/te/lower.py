@@ -23,6 +23,7 @@ from tvm import te, tirx
 from ..errors import CompileError, UnsupportedOpError
 from ..graph.ir import Graph, Op, Tensor
 from ..graph.ranges import value_ranges
+from ..ops.registry import canonical
 from .abi import OUTPUT_ALIGN, Param, param_align, stack_label, stack_plan, with_alignment
 from .builders import BUILDERS
 from .index import extents, index_dtype, operand_index
@@ -132,7 +133,7 @@ class Lowerer:
             if op.name in ("InplaceAssign", "Assign"):
                 self._assign(op, out)
                 continue
-            builder = BUILDERS.get(op.name)
+            builder = BUILDERS.get(canonical(op.name))
             if builder is None:
                 raise UnsupportedOpError("no TE lowering (a fallback op: it runs through numpy between kernels "
                                          "when akgpy.fuse partitions a model graph)", op=op.label(i), tensor=out.name)

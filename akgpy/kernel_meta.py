@@ -54,7 +54,7 @@ def build_kernel_meta(source: Any, out_dir: str | os.PathLike, attrs: Any = None
     from .frontends.composite import load_composite
     from .graph.ir import Graph
     graph = source if isinstance(source, Graph) else load_composite(source)
-    _attrs(attrs)
+    parse_attrs(attrs)
     if not _NAME.match(graph.name):
         raise FormatError(f"kernel name {graph.name!r} is not a C identifier (letters, digits, '_')")
     tgt = _target(graph, target)
@@ -202,7 +202,8 @@ def _arg(index: int, role: str, name: str, t) -> dict:
     return {"index": index, "role": role, "name": name, "shape": list(t.shape), "dtype": t.dtype}
 
 
-def _attrs(attrs: Any) -> dict:
+def parse_attrs(attrs: Any) -> dict:
+    """Build attrs (None, a dict or JSON text) as a dict; FormatError when they are not a JSON object."""
     if attrs is None:
         return {}
     if isinstance(attrs, (str, bytes)):

@@ -33,7 +33,8 @@ def compilewithjson(json_str: Any, attrs: Any = None) -> bool:
     start = time.perf_counter()
     op, km = "?", None
     try:
-        attrs_d = _attrs(attrs)
+        from ..kernel_meta import parse_attrs
+        attrs_d = parse_attrs(attrs)
         out = kernel_meta_dir(attrs_d)
     except Exception as e:  # noqa: BLE001 - never abort the caller's compile
         _record(None, op, "handed back", f"unreadable build attrs: {e}", start)
@@ -77,16 +78,6 @@ def _withdraw(km) -> None:
             os.unlink(path)
         except FileNotFoundError:
             pass
-
-
-def _attrs(attrs: Any) -> dict:
-    if attrs is None:
-        return {}
-    if isinstance(attrs, (str, bytes)):
-        attrs = json.loads(attrs) if attrs.strip() else {}
-    if not isinstance(attrs, dict):
-        raise TypeError(f"a JSON object was expected, got {type(attrs).__name__}")
-    return attrs
 
 
 def _record(out: Path | None, op: str, status: str, detail: str, start: float, level: int | None = None) -> None:

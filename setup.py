@@ -18,7 +18,8 @@ setup(
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6", "pytest-timeout>=2.2", "pytest-xdist>=3", "onnx>=1.16",
                  "onnxruntime>=1.18", "ray>=2.9", "optuna>=3.4", "lightgbm>=4.0",
-                 "torch==2.13.0"],  # tests/test_torch_backend.py; pinned as in the torch extra
+                 "torch==2.13.0",  # tests/test_torch_*.py; pinned as in the torch extra
+                 "transformers>=4.40", "onnxscript>=0.5"],  # HF model families; torch.onnx's dynamo exporter
         "onnx": ["onnx>=1.16"],
         "torch": ["torch==2.13.0"],  # pinned: an unpinned torch pulls a multi-GB CUDA build
         "distributed": ["ray>=2.9"],  # akgpy-tune --ray

@@ -13,7 +13,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["akgpy", "akgpy.*"]),
     # the standalone kernels' C runtime, and the `akg` package MindSpore imports (not an akgpy subpackage)
-    package_data={"akgpy": ["targets/cpu/standalone_rt.c", "mindspore/shim/akg/*.py", "mindspore/shim/akg/ms/*.py"]},
+    package_data={"akgpy": ["targets/cpu/standalone_rt.c", "runtime/openmp_launcher.c", "mindspore/shim/akg/*.py", "mindspore/shim/akg/ms/*.py"]},
     install_requires=["islpy", "apache-tvm==0.27.*", "numpy>=1.24", "sympy"],
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6", "pytest-timeout>=2.2", "pytest-xdist>=3", "onnx>=1.16",

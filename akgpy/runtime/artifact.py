@@ -8,7 +8,9 @@ and their sha256, its SchedulePath fields, the schedule report and what the grap
 (collapsed dims). The result order and the collapsed views follow from the graph and the
 parameters, so `unpack(graph, data, manifest)` rebuilds the Program from the graph it was
 compiled from (checked by structural hash). The code is loaded by runtime/native.py (ctypes,
-no tvm import); `loader="tvm"` uses tvm.runtime.load_module instead.
+no tvm import); `loader="tvm"` uses tvm.runtime.load_module instead. `launcher` picks whose
+threads run the kernels' parallel loops (runtime/launcher.py); `with_launcher(program, launcher)`
+is a Program's round trip through both onto another launcher.
 """
 from __future__ import annotations
 
@@ -66,7 +68,7 @@ def pack(program) -> tuple[bytes, dict]:
 
 
 def unpack(graph, data: bytes, manifest: dict, *, target: Any = None, loader: str = "native",
-           recompile: Callable[[int], Any] | None = None):
+           recompile: Callable[[int], Any] | None = None, launcher: str = "tvm"):
     """The Program `pack` described, for `graph` (the graph it was compiled from). `target`:
     what Program.target reports (default: the manifest's). `recompile(i)` returns kernel i
     compiled again, for tir/source/explain of the restored kernels; None: they say there is none.
@@ -76,6 +78,8 @@ def unpack(graph, data: bytes, manifest: dict, *, target: Any = None, loader: st
     from .program import Program, RestoredKernel
     if loader not in ("native", "tvm"):
         raise ArtifactError(f"unknown artifact loader {loader!r}; available: 'native', 'tvm'")
+    if loader == "tvm" and launcher != "tvm":
+        raise ArtifactError(f"loader 'tvm' runs kernels on TVM's pool only; launcher {launcher!r} needs loader 'native'")
     if not isinstance(manifest, dict) or manifest.get("version") != ARTIFACT_VERSION \
             or manifest.get("format") != ARTIFACT_FORMAT:
         raise ArtifactError(f"artifact manifest is not version {ARTIFACT_VERSION} of {ARTIFACT_FORMAT}: "
@@ -96,7 +100,7 @@ def unpack(graph, data: bytes, manifest: dict, *, target: Any = None, loader: st
             params = [ArtifactParam(p["kind"], rename.get(p["tensor"], p["tensor"]), tuple(p["shape"]), p["dtype"],
                                     int(p["align"]), tuple(rename.get(n, n) for n in p["members"]))
                       for p in m["params"]]
-            func = _load(code, m["entry"], params, loader)
+            func = _load(code, m["entry"], params, loader, launcher)
             kernels.append(RestoredKernel(
                 m["name"], m["entry"], params, func, schedule_path=m["schedule_path"], schedule_report=m["report"],
                 graph_note=m["graph_note"], code=code, recompile=(lambda i=i: recompile(i)) if recompile else None))
@@ -124,7 +128,7 @@ _dir_lock = threading.Lock()
 _dir: str | None = None
 
 
-def _load(code: bytes, entry: str, params, loader: str):
+def _load(code: bytes, entry: str, params, loader: str, launcher: str = "tvm"):
     """The kernel's packed entry as a callable on numpy arrays. The object is written under
     its content hash to a private temporary directory (dlopen needs a file; a name means one
     content, so the dynamic loader's reuse of an already loaded name is harmless), then removed."""
@@ -132,18 +136,36 @@ def _load(code: bytes, entry: str, params, loader: str):
     with _dir_lock:
         if _dir is None or not os.path.isdir(_dir):
             _dir = tempfile.mkdtemp(prefix="akgpy-so-")
-        path = os.path.join(_dir, hashlib.sha256(code).hexdigest()[:32] + ".so")
+        # one file name per launcher: the dynamic loader reuses a loaded name, and with it the
+        # context slots NativeLibrary filled for another launcher
+        tag = "" if launcher == "tvm" else f"-{launcher}"
+        path = os.path.join(_dir, hashlib.sha256(code).hexdigest()[:32] + tag + ".so")
         tmp = path + f".{os.getpid()}.tmp"
         Path(tmp).write_bytes(code)
         os.replace(tmp, path)
         try:
             if loader == "native":
                 from .native import NativeLibrary
-                return NativeLibrary(path).function(entry, params)
+                return NativeLibrary(path, launcher).function(entry, params)
             import tvm
             return tvm.runtime.load_module(path)[entry]
         finally:
             os.unlink(path)
+
+
+def with_launcher(program, launcher: str):
+    """`program` (a Program) with its kernels loaded again, their parallel loops on `launcher`
+    ("tvm" or "openmp", runtime/launcher.py); tir/source/explain still come from its kernels. A
+    freshly compiled kernel is exported first (one link), a restored one reuses its bytes."""
+    from .launcher import check
+    check(launcher)
+    data, manifest = pack(program)
+    kernels = program.kernels
+
+    def recompile(i):
+        k = kernels[i]
+        return k.compiled() if hasattr(k, "compiled") else k
+    return unpack(program.graph, data, manifest, target=program.target, recompile=recompile, launcher=launcher)
 
 
 def jsonable(v):

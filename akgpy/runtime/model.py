@@ -106,6 +106,18 @@ class ModelProgram:
                 f"{kinds.count('kernel')} kernels, {kinds.count('library')} library, "
                 f"{kinds.count('fallback')} fallback, {kinds.count('view')} views)")
 
+    def with_launcher(self, launcher: str) -> "ModelProgram":
+        """This model with every kernel's parallel loops on `launcher`: "openmp" (the process's
+        OpenMP threads, torch's intra-op pool under torch: runtime/launcher.py) or "tvm"."""
+        from .artifact import with_launcher
+        steps = []
+        for st in self.steps:
+            if st.program is not None:
+                prog = with_launcher(st.program, launcher)
+                st = Step(st.group, lambda args, prog=prog: prog(*args), prog, st.note)
+            steps.append(st)
+        return ModelProgram(self.partition, steps, self.target)
+
     # -- running -------------------------------------------------------------------------
     def _bind(self, arrays: Sequence[Any]) -> dict[str, np.ndarray]:
         g = self.graph

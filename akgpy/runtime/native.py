@@ -6,7 +6,9 @@ pool and workspace allocator through function-pointer variables (`__TVMBackendPa
 ...) that TVM's module loader fills from its registry of context symbols
 (tvm/src/runtime/module.cc). Here libtvm_ffi.so and libtvm_runtime.so are loaded with ctypes
 from the installed packages and those variables are filled with the same functions, so the
-kernel runs on TVM's own pool (sized by TVM_NUM_THREADS) exactly as under tvm.runtime.
+kernel runs on TVM's own pool (sized by TVM_NUM_THREADS) exactly as under tvm.runtime; or, with
+`launcher="openmp"`, the parallel launch and barrier are runtime/launcher.py's, on the process's
+OpenMP threads (torch's intra-op pool when torch is loaded).
 
 Calling convention (tvm_ffi/include/tvm/ffi/c_api.h): `int f(void *self, const TVMFFIAny *args,
 int32_t num_args, TVMFFIAny *result)`, each argument a DLTensor* (type index
@@ -90,10 +92,16 @@ def runtime() -> ctypes.CDLL:
 
 
 class NativeLibrary:
-    """A kernel .so loaded with its context symbols filled; `function(name)` is a callable."""
+    """A kernel .so loaded with its context symbols filled; `function(name)` is a callable.
+    `launcher`: whose threads run its parallel loops, "tvm" (TVM's pool) or "openmp" (see
+    runtime/launcher.py). The slots are the library's: load one file once per launcher."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, launcher: str = "tvm"):
+        from . import launcher as omp
+        self.launcher = omp.check(launcher)
         rt = runtime()
+        ours = dict(zip(("TVMBackendParallelLaunch", "TVMBackendParallelBarrier"), omp.entries())) \
+            if launcher == "openmp" else {}
         self.path = str(path)
         try:
             self._lib = ctypes.CDLL(self.path, mode=ctypes.RTLD_LOCAL)
@@ -104,7 +112,7 @@ class NativeLibrary:
                 slot = ctypes.c_void_p.in_dll(self._lib, "__" + name)
             except ValueError:
                 continue  # this kernel does not use it
-            slot.value = ctypes.cast(getattr(rt, name), ctypes.c_void_p).value
+            slot.value = ours[name] if name in ours else ctypes.cast(getattr(rt, name), ctypes.c_void_p).value
 
     def function(self, entry: str, params: Sequence) -> "NativeFunction":
         try:
@@ -155,4 +163,8 @@ class NativeFunction:
         result.type_index = 0
         rc = self._fn(None, anys, len(slots), ctypes.byref(result))
         if rc != 0:
+            if self._lib.launcher == "openmp":
+                from .launcher import LauncherError, last_error
+                if last_error():
+                    raise LauncherError(f"kernel {self._lib.path}: {last_error()}")
             raise AkgpyError(f"kernel {self._lib.path} returned error code {rc}")

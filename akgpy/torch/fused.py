@@ -5,12 +5,14 @@ with the reason in its PartitionReport."""
 from __future__ import annotations
 
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from ..errors import AkgpyError
 from ..pipeline import compile_model
 from .convert import akg_dtype, to_graph
 from .report import PartitionReport
@@ -66,7 +68,7 @@ class FusedPartition(torch.nn.Module):
                 return self.compiled[key]
             try:
                 graph, outputs = to_graph(self.gm, [(shape, akg_dtype(dt)) for shape, dt in key], self.record.name)
-                entry = _Entry(compile_model(graph), outputs)
+                entry = _Entry(on_torch_threads(compile_model(graph)), outputs)
                 self.record.programs += 1
             except Exception as e:  # a conversion or compile failure leaves this shape to torch
                 entry = _Entry(None, [])
@@ -79,6 +81,24 @@ class FusedPartition(torch.nn.Module):
             self.compiled[key] = _Entry(None, [])
             self.record.programs -= 1
             self.record.fallbacks[_label(key)] = why
+
+
+def on_torch_threads(program):
+    """`program` with its kernels' parallel loops on torch's intra-op OpenMP threads
+    (runtime/launcher.py): one pool for both, so neither spins against the other. Where that
+    launcher cannot be built (no C compiler with OpenMP) the program keeps TVM's pool, with a
+    warning once per process."""
+    global _launcher_warned
+    try:
+        return program.with_launcher("openmp")
+    except AkgpyError as e:
+        if not _launcher_warned:
+            _launcher_warned = True
+            warnings.warn(f"akgpy kernels run on TVM's thread pool beside torch's: {e}", RuntimeWarning, 2)
+        return program
+
+
+_launcher_warned = False
 
 
 def _label(key: tuple) -> str:

@@ -88,6 +88,16 @@ def entries() -> tuple[int, int]:
             ctypes.cast(lib.akgpy_omp_parallel_barrier, ctypes.c_void_p).value)
 
 
+def launch(body: int, cdata: int | None = None, num_task: int = 0) -> None:
+    """One parallel launch of a TVM lambda (the address of `int body(int task, TVMParallelGroupEnv *,
+    void *cdata)`) as a kernel makes it; LauncherError with the reason when a task fails or the
+    task count cannot be honoured."""
+    fn = library().akgpy_omp_parallel_launch
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    if fn(body, cdata, num_task) != 0:
+        raise LauncherError(last_error() or f"parallel launch of {num_task} tasks failed")
+
+
 def last_error() -> str:
     """Why this thread's last launch failed ('' when it did not or the library is not loaded)."""
     return _lib.akgpy_omp_error().decode() if _lib is not None else ""

@@ -158,6 +158,18 @@ def _gather(op, args, ins, out):
     return np.take(params, idx, axis=axis)
 
 
+def _gather_elements(op, args, ins, out):
+    x, idx = args
+    axis = op.attrs.get("axis", 0) % x.ndim
+    n = x.shape[axis]
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        bad = int(idx.max() if idx.max() >= n else idx.min())
+        raise ArgumentError(f"index {bad} out of range for axis {axis} of size {n}", op=op.name, tensor=ins[1].name)
+    # the part of x that indices spans on the other axes (ONNX allows indices smaller than x there)
+    part = x[tuple(slice(None) if d == axis else slice(0, s) for d, s in enumerate(idx.shape))]
+    return np.take_along_axis(part, np.where(idx < 0, idx + n, idx).astype(np.int64), axis=axis)
+
+
 def _cast(op, args, ins, out):
     x = args[0]
     if out.dtype == "bool":
@@ -181,7 +193,7 @@ REFERENCE: dict[str, Callable[[Op, list, list[Tensor], Tensor], Any]] = {
     "RealDiv": E(_truediv), "Reciprocal": E(_reciprocal),
     "Erf": E(lambda x: _erf(x).astype(np.float64)),
     "Concat": lambda op, args, ins, out: np.concatenate(args, axis=op.attrs["axis"]),
-    "StridedSlice": _slice, "Gather": _gather,
+    "StridedSlice": _slice, "Gather": _gather, "GatherElements": _gather_elements,
     "Select": E(lambda c, x, y: np.where(c != 0, x, y)),
     "Cast": _cast,
     "AddN": None,  # evaluate(): a left fold rounding every partial sum (topi elemwise_sum, AKG's generator)

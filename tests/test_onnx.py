@@ -113,8 +113,7 @@ def test_op_coverage_model_matches_onnxruntime():
     model = _model(nodes, inputs, outputs, inits)
     feeds = {"x": rng.standard_normal((8, 6)).astype(f32), "img": rng.standard_normal((1, 3, 9, 9)).astype(f32)}
     g, prog = check_against_ort(model, feeds, rtol=1e-3)
-    fb = prog.fallbacks()
-    assert len(fb) == 3 and {"StridedSlice", "Gather", "Concat"} == {f.split("#")[0] for f in fb}
+    assert not prog.fallbacks()  # StridedSlice, Gather and Concat run inside kernels
 
 
 def test_dynamic_shape_must_be_bound():

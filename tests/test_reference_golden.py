@@ -922,6 +922,16 @@ def test_gather_axis_1_with_negative_index():
     golden(out, [[3.0, 1.0], [6.0, 4.0]], "float32")
 
 
+@covers("GatherElements")
+def test_gather_elements_axis_1_with_negative_index():
+    # ONNX's example: data [[1, 2], [3, 4]], indices [[0, 0], [1, 0]] on axis 1; -1 is the last column
+    b = GraphBuilder("ge")
+    x, i = b.input("x", (2, 2), "float32"), b.input("i", (2, 2), "int64")
+    b.output(b.op("GatherElements", [x, i], (2, 2), "float32", axis=1))
+    (out,) = run(b.build(), [f32([1.0, 2.0], [3.0, 4.0]), arr([[0, 0], [-1, 0]], np.int64)])
+    golden(out, [[1.0, 1.0], [4.0, 3.0]], "float32")
+
+
 def test_gather_out_of_range_index_is_an_argument_error():
     b = GraphBuilder("ga2")
     x, i = b.input("x", (3,), "float32"), b.input("i", (1,), "int64")

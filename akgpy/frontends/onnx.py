@@ -697,6 +697,49 @@ def _gather(im: _Importer, node):
     return [y]
 
 
+def _split(im: _Importer, node):
+    """Split as StridedSlices along `axis`: sizes from the `split` input (opset 13+) or
+    attribute (before 13), else `num_outputs` (opset 18: chunks of ceil(n / k), the last
+    smaller), else equal parts, one per output."""
+    x = im.val(node.input[0])
+    rank = len(x.shape)
+    axis = _axis(im._attr("axis", 0), rank)
+    n, k = x.shape[axis], len(node.output)
+    if len(node.input) > 1 and node.input[1]:
+        sizes = _int_vector(im, node.input[1], "Split split")
+    else:
+        sizes = im._attr("split", None)
+        num = im._attr("num_outputs", None)
+        if sizes is None and num is not None:
+            if num != k or num < 1:
+                raise AttrError(f"num_outputs {num} but the node has {k} outputs")
+            chunk = -(-n // num)
+            sizes = [min(chunk, max(n - chunk * q, 0)) for q in range(num)]
+        elif sizes is None:
+            if n % k:
+                raise AttrError(f"axis {axis} of size {n} does not split into {k} equal parts")
+            sizes = [n // k] * k
+    if len(sizes) != k or any(s < 0 for s in sizes) or sum(sizes) != n:
+        raise AttrError(f"split sizes {list(sizes)} must be {k} non-negative sizes summing to axis {axis}'s {n}")
+    outs, start = [], 0
+    for size in sizes:
+        begin, end = [0] * rank, list(x.shape)
+        begin[axis], end[axis] = start, start + size
+        shape = list(x.shape)
+        shape[axis] = size
+        outs.append(im.b.op("StridedSlice", [x], shape, x.dtype, begin=begin, end=end, strides=[1] * rank))
+        start += size
+    return outs
+
+
+def _gather_elements(im: _Importer, node):
+    x, idx = im.val(node.input[0]), im.val(node.input[1])
+    if idx.dtype not in ("int32", "int64"):
+        raise ShapeError(f"GatherElements indices must be int32 or int64, got {idx.dtype}", tensor=node.input[1])
+    axis = _axis(im._attr("axis", 0), len(x.shape))
+    return [im.b.op("GatherElements", [x, idx], list(idx.shape), x.dtype, axis=axis)]
+
+
 def _dropout(im: _Importer, node):
     return [im.val(node.input[0]), None]
 
@@ -715,5 +758,6 @@ HANDLERS: dict[str, Callable] = {
     "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv, "BatchNormalization": _batchnorm,
     "Reshape": _reshape, "Transpose": _transpose, "Unsqueeze": _unsqueeze, "Squeeze": _squeeze,
     "Flatten": _flatten, "Concat": _concat, "Slice": _slice, "Gather": _gather, "Cast": _cast,
+    "Split": _split, "GatherElements": _gather_elements,
     "Where": _where, "Expand": _expand, "Identity": _identity, "Dropout": _dropout,
 }

@@ -424,6 +424,20 @@ def gather(op, ins, outs):
     _expect(outs[0], (*params.shape[:axis], *idx.shape, *params.shape[axis + 1:]), params.dtype)
 
 
+def gather_elements(op, ins, outs):
+    """ONNX GatherElements: out[i] = x[i with i[axis] replaced by indices[i]]; indices has x's
+    rank and fits inside x on every other axis (so those reads stay in bounds)."""
+    x, idx = ins
+    if idx.dtype not in ("int32", "int64"):
+        raise ShapeError(f"indices must be int32 or int64, got {idx.dtype}", tensor=idx.name)
+    axis = normalize_axis(op.attr("axis", 0), len(x.shape), tensor=outs[0].name)
+    if len(idx.shape) != len(x.shape) or any(i > s for d, (i, s) in enumerate(zip(idx.shape, x.shape))
+                                             if d != axis):
+        raise ShapeError(f"indices {list(idx.shape)} must have the rank of data {list(x.shape)} and fit "
+                         f"inside it on every axis but {axis}", tensor=idx.name)
+    _expect(outs[0], idx.shape, x.dtype)
+
+
 def custom(op, ins, outs):
     if op.attr("func_type", None) is None:
         raise AttrError("Custom op without func_type")
@@ -457,9 +471,10 @@ _ROWS = [
     OpDef("MatMul", O, matmul, (2, 3), ("transpose_a", "transpose_b", "dst_type")),
     OpDef("Conv2D", O, conv2d, (2, 2), ("stride", "pad_list", "dilation", "groups", "dst_type")),
     OpDef("Custom", O, custom, (0, 1 << 16), ("func_type", "func_name", "func_source_str")),
-    OpDef("Concat", O, concat, (1, 1 << 16), ("axis",), fallback=True),
-    OpDef("StridedSlice", O, slice_, (1, 1), ("begin", "end", "strides"), fallback=True),
-    OpDef("Gather", O, gather, (2, 2), ("axis",), fallback=True),
+    OpDef("Concat", L, concat, (1, 1 << 16), ("axis",)),
+    OpDef("StridedSlice", L, slice_, (1, 1), ("begin", "end", "strides")),
+    OpDef("Gather", L, gather, (2, 2), ("axis",)),
+    OpDef("GatherElements", L, gather_elements, (2, 2), ("axis",)),
 ]
 OPS: dict[str, OpDef] = {row.name: row for row in _ROWS}
 

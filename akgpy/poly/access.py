@@ -48,6 +48,8 @@ def array_size(m: isl.Map) -> int:
 def stride1_dim(m: isl.Map) -> int | None:
     """The statement dim that moves the access's innermost non-unit index by 1 (8*ko + l: l),
     if exactly one does."""
+    if not m.is_single_valued():  # a gather's read of a whole dim: no index expression
+        return None
     r = m.range()
     n = r.dim(isl.dim_type.set)
     pma = isl.PwMultiAff.from_map(m)
@@ -120,6 +122,8 @@ def write_order(m: isl.Map) -> list[int] | None:
 def flat_strides(s: Statement, m: isl.Map, shape, signed: bool = False) -> dict[int, int] | None:
     """Each dim's step in the flat offset of access `m` into an array of `shape`, when affine
     (its size unless `signed`)."""
+    if not m.is_single_valued():  # a gather's read of a whole dim
+        return None
     pma = isl.PwMultiAff.from_map(m)
     flat = None
     for q in range(pma.dim(isl.dim_type.out)):

@@ -89,6 +89,8 @@ def _contiguous_tail(s: Statement, dims: list[str], shapes: dict) -> bool:
     written = {m.get_tuple_name(isl.dim_type.out) for m in writes}
     reads = [m for m in big_accesses(s) if m.get_tuple_name(isl.dim_type.out) not in written]
     for m in writes + [r for r in reads if stride1_dim(r) == inner]:
+        if not m.is_single_valued():  # a gather's read of a whole dim
+            return False
         pma = isl.PwMultiAff.from_map(m)
         shape = shapes.get(m.get_tuple_name(isl.dim_type.out))
         # a unit dim's index, or a constant index into an array dim of 1, is 0 throughout
@@ -106,7 +108,10 @@ def _contiguous_tail(s: Statement, dims: list[str], shapes: dict) -> bool:
 
 def _involved(m: isl.Map, dims: list[int]) -> list[bool]:
     """Which of `dims` the index expressions of access `m` use (not its bounds)."""
-    pma = isl.PwMultiAff.from_map(m.gist_domain(m.domain()))
+    m = m.gist_domain(m.domain())
+    if not m.is_single_valued():  # a gather's read of a whole dim: what its constraints use
+        return [m.involves_dims(isl.dim_type.in_, j, 1) for j in dims]
+    pma = isl.PwMultiAff.from_map(m)
     return [pma.involves_dims(isl.dim_type.in_, j, 1) for j in dims]
 
 

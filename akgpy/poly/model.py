@@ -126,17 +126,35 @@ def _statement(ctx, names, arrays, name, bname, kind, dims, bounds, env, body, r
     loads, stores = [], []
     tvm_ffi.structural_walk(body, [(ir.TensorLoad, loads.append), (tirx.BufferStore, stores.append)])
 
-    def access(buf, indices) -> isl.Map:
+    def access(buf, indices, read: bool) -> isl.Map:
         key = buf.__chandle__()
         if key not in arrays:
             arrays[key] = (buf.name, names.fresh(buf.name, "A"))
-        idx = ", ".join(affine(i, env, bname) for i in indices)
-        text = f"{{ {name}[{', '.join(dims)}] -> {arrays[key][1]}[{idx}] }}"
+        outs, cons = [], []
+        for q, i in enumerate(indices):
+            o = f"o{q}"
+            while o in dims:  # distinct from the statement's own dim names
+                o += "_"
+            outs.append(o)
+            if read and _data_dependent(i):
+                # a gather's table index is a loaded value: the read is taken as one of the whole
+                # dim (an over-approximation, sound for the dependences; the index is clamped)
+                cons.append(f"0 <= {o} < {int(buf.shape[q])}")
+            else:
+                cons.append(f"{o} = {affine(i, env, bname)}")
+        text = f"{{ {name}[{', '.join(dims)}] -> {arrays[key][1]}[{', '.join(outs)}] : {' and '.join(cons) or 'true'} }}"
         return isl.Map(text, context=ctx).intersect_domain(domain)
 
-    reads = union_map(ctx, [access(ld.source, ld.indices) for ld in loads])
-    writes = union_map(ctx, [access(st.buffer, st.indices) for st in stores])
+    reads = union_map(ctx, [access(ld.source, ld.indices, True) for ld in loads])
+    writes = union_map(ctx, [access(st.buffer, st.indices, False) for st in stores])
     return Statement(name, bname, kind, dims, domain, reads, writes, False, role, pos, list(dims))
+
+
+def _data_dependent(index) -> bool:
+    """Does an index expression read memory (a gather's index)?"""
+    found: list = []
+    tvm_ffi.structural_walk(index, [(ir.TensorLoad, found.append)])
+    return bool(found)
 
 
 def _order_map(ctx, s: Statement, depth: int) -> isl.Map:

@@ -343,7 +343,7 @@ def _argument_reads(s: Statement, opts: TreeOptions):
     """(read map, array shape) of each read of a kernel argument (whose shape is known)."""
     for m in maps_of(s.reads):
         shape = opts.shapes.get(m.get_tuple_name(isl.dim_type.out))
-        if shape is not None:
+        if shape is not None and m.is_single_valued():  # not a gather's read of a whole dim
             yield m, shape
 
 

@@ -268,8 +268,8 @@ class _Gen:
         ty = str(block.iter_vars[0].var.ty) if block.iter_vars else self.index
 
         def fold(buf, indices):
-            if len(indices) < 2 or not _divides(indices):
-                return None
+            if len(indices) < 2 or not _divides(indices) or any(_loads(i) for i in indices):
+                return None  # a gather's loaded index is no offset isl can prove affine
             shape = [int(e.value) for e in buf.ty.shape]
             terms, stride = [], 1
             for i, e in zip(reversed(list(indices)), reversed(shape)):
@@ -421,6 +421,12 @@ def _uses(e, vars_) -> bool:
     found = []
     tvm_ffi.structural_walk(e, [(tirx.Var, found.append)])
     return any(x.same_as(v) for x in found for v in vars_)
+
+
+def _loads(index) -> bool:
+    found = []
+    tvm_ffi.structural_walk(index, [(ir.TensorLoad, found.append)])
+    return bool(found)
 
 
 def _divides(indices) -> bool:

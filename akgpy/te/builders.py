@@ -689,6 +689,89 @@ def custom(lw, op, ins, out):
                              "user hybrid/ir_builder code", op=op.name, tensor=out.name)
 
 
+# -- layout ops that move elements: Concat, StridedSlice, Gather, GatherElements --------------
+# Each is one injective block whose reads the poly model sees as they are: Concat's and
+# StridedSlice's are (piecewise) affine, a gather's table read is data dependent (the model takes
+# it as a read of the whole indexed dim, poly/model.py).
+
+def _read(o: Operand, idx):
+    """The operand's element at `idx` (its own index, no broadcast); a scalar constant as is."""
+    return o.tensor(*idx) if o.tensor is not None else o.load(o.desc, idx)
+
+
+def concat(lw, op, ins, out):
+    """A chain of if_then_else over the concatenated axis, last input innermost. Each input's
+    index is clamped into its extent as well: a vector loop may evaluate a branch it does not
+    take (see `pad`), and the clamps are min/max, which the poly model keeps exact."""
+    _real_only(op, ins)
+    axis = op.attrs["axis"] % len(out.shape)
+    pieces, start = [], 0
+    for o in ins:
+        n = o.desc.shape[axis]
+        if n:  # an empty input contributes nothing (and has no element to clamp to)
+            pieces.append((o, start, n))
+        start += n
+
+    def f(*i):
+        v = None
+        for o, begin, n in reversed(pieces):
+            j = tirx.max(tirx.min(i[axis] - begin, n - 1), 0)
+            val = _to(_read(o, [*i[:axis], j, *i[axis + 1:]]), out.dtype)
+            v = val if v is None else tirx.if_then_else(i[axis] < begin + n, val, v)
+        return v
+    return lw.compute(out.shape, f)
+
+
+def strided_slice(lw, op, ins, out):
+    """out[i] = x[start + i * stride] per dim, start as Python's slice clamps it (the reference's
+    semantics: negative begin/end count from the end, out-of-range bounds clamp)."""
+    _real_only(op, ins)
+    x = ins[0]
+    shape = x.desc.shape
+    strides = list(op.attrs.get("strides") or [1] * len(shape))
+    starts = [range(*slice(b, e, s).indices(n)).start
+              for n, b, e, s in zip(shape, op.attrs["begin"], op.attrs["end"], strides)]
+    return lw.compute(out.shape, lambda *i: _read(x, [b + v * s if s != 1 else v + b
+                                                      for v, b, s in zip(i, starts, strides)]))
+
+
+def _table_index(v, n: int, ty: str):
+    """A runtime index into a dim of size n as numpy/ONNX read it (a negative one counts from
+    the end), clamped into [0, n): an index outside [-n, n) is the caller's error (the reference
+    raises ArgumentError); the kernel never reads outside the table and returns the nearest row,
+    as XLA's gather does."""
+    w = tirx.Select(v < tirx.const(0, dt(v)), v + tirx.const(n, dt(v)), v)
+    w = tirx.max(tirx.min(w, tirx.const(n - 1, dt(v))), tirx.const(0, dt(v)))
+    return w.astype(ty) if dt(v) != ty else w
+
+
+def gather(lw, op, ins, out):
+    """out[a.., j.., b..] = x[a.., idx[j..], b..] (np.take)."""
+    _real_only(op, ins)
+    x, idx = ins
+    axis = op.attrs.get("axis", 0) % len(x.desc.shape)
+    n, k = x.desc.shape[axis], len(idx.desc.shape)
+
+    def f(*i):
+        ty = dt(i[0]) if i else lw.index_dtype
+        j = _table_index(_read(idx, i[axis:axis + k]), n, ty)
+        return _read(x, [*i[:axis], j, *i[axis + k:]])
+    return lw.compute(out.shape, f)
+
+
+def gather_elements(lw, op, ins, out):
+    """ONNX GatherElements: out[i] = x[i with i[axis] replaced by idx[i]]."""
+    _real_only(op, ins)
+    x, idx = ins
+    axis = op.attrs.get("axis", 0) % len(x.desc.shape)
+    n = x.desc.shape[axis]
+
+    def f(*i):
+        j = _table_index(_read(idx, i), n, dt(i[0]))
+        return _read(x, [*i[:axis], j, *i[axis + 1:]])
+    return lw.compute(out.shape, f)
+
+
 E = elementwise
 TERMS = ("term", "term")
 BUILDERS: dict[str, Callable] = {
@@ -708,5 +791,6 @@ BUILDERS: dict[str, Callable] = {
     "Reshape": reshape, "Transpose": transpose, "PadAkg": pad, "UnPadAkg": unpad,
     "ReduceSum": _reduce("sum"), "ReduceMax": _reduce("max"),
     "MatMul": matmul, "Conv2D": conv2d, "Custom": custom,
+    "Concat": concat, "StridedSlice": strided_slice, "Gather": gather, "GatherElements": gather_elements,
     "InplaceAssign": None, "Assign": None,  # handled by the Lowerer: they rebind buffers
 }

@@ -142,7 +142,7 @@ _BINARY: dict[str, Callable[[Range, Range], Range]] = {
     "Minimum": lambda a, b: Range(min(a.lo, b.lo), min(a.hi, b.hi)),
 }
 # ops whose values are some of their (first) input's values
-_SAME = {"Reshape", "Transpose", "BroadcastTo", "ReduceMax", "UnPadAkg"}
+_SAME = {"Reshape", "Transpose", "BroadcastTo", "ReduceMax", "UnPadAkg", "StridedSlice", "Gather", "GatherElements"}
 _BOOL = {"Greater", "GreaterEqual", "Less", "LessEqual", "Equal"}
 
 
@@ -166,6 +166,8 @@ def _rule(op: Op, ins: list[Range], out_dtype: str) -> Range:
         return ins[2] if op.name == "InplaceAssign" else ins[1]
     if op.name in _BOOL:
         return Range(0.0, 1.0)
+    if op.name == "Concat":
+        return _union(*ins)
     if op.name == "Select":
         return _union(ins[1], ins[2])
     if op.name == "AddN":

@@ -13,8 +13,10 @@ import math
 import operator
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 
+from .. import dtypes
 from ..errors import AttrError, ShapeError, UnsupportedOpError
 from ..graph.builder import GraphBuilder, Value
 from ..graph.ir import Graph
@@ -268,11 +270,178 @@ def _convert_element_type(b, out, x, dtype):
 
 
 def _cat(b, out, xs, dim=0):
-    xs = [_as(b, v, out) for v in xs if math.prod(v.shape) or len(v.shape) != 1]  # torch skips empty 1-D
+    xs = [_as(b, v, out) for v in xs if not isinstance(v, Empty)]  # empty pieces add nothing
     axis = dim % len(xs[0].shape)
     shape = list(xs[0].shape)
     shape[axis] = sum(v.shape[axis] for v in xs)
     return b.op("Concat", xs, shape, out, axis=axis) if len(xs) > 1 else xs[0]
+
+
+class Empty:
+    """A tensor with no elements (an empty KV cache, batch norm's unused saved statistics): akgpy
+    compiles none, so it is no graph input or output; ops that skip it (cat) drop it."""
+
+    def __init__(self, shape: Sequence[int], dtype: str):
+        self.shape, self.dtype = tuple(shape), dtype
+
+
+def _lift(b, out, x):
+    return x
+
+
+def _constant(b: GraphBuilder, value: np.ndarray, prefix: str) -> Value:
+    """A tensor computed now (arange, a scalar tensor) as a bound input of the model graph."""
+    if not value.size:
+        return Empty(value.shape, dtypes.from_numpy(value.dtype))
+    v = b.weight(b._fresh(prefix), value.reshape(value.shape or (1,)))  # a bound input has a dim
+    return v if value.ndim else b.reshape(v, [])
+
+
+def _arange(b, out, start, end=None, step=1, **kwargs):
+    if end is None:
+        start, end = 0, start
+    return _constant(b, np.arange(start, end, step).astype(dtypes.to_numpy(out)), "arange")
+
+
+def _full(b, out, size, value, **kwargs):
+    return _constant(b, np.full(list(size), value, dtype=dtypes.to_numpy(out)), "full")
+
+
+def _scalar_tensor(b, out, value, **kwargs):
+    return _constant(b, np.array(value, dtype=dtypes.to_numpy(out)), "scalar")
+
+
+def _bool_binary(combine: Callable) -> Callable:
+    # of bool only (support.py): and/or as min/max of 0/1 bytes
+    def conv(b, out, x, y):
+        return b.cast(combine(b, _as(b, x, "int8"), _as(b, y, "int8") if isinstance(y, Value) else int(y)), "bool")
+    return conv
+
+
+def _gather_axis(b, x, idx, axis):
+    axis %= len(x.shape)
+    return b.op("Gather", [x, idx], [*x.shape[:axis], *idx.shape, *x.shape[axis + 1:]], x.dtype, axis=axis)
+
+
+def _embedding(b, out, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return _gather_axis(b, weight, indices, 0)
+
+
+def _index_select(b, out, x, dim, index):
+    return _gather_axis(b, x, index, dim)
+
+
+def _gather(b, out, x, dim, index, *, sparse_grad=False):
+    return b.op("GatherElements", [x, index], index.shape, x.dtype, axis=dim % len(x.shape))
+
+
+def _index(b, out, x, indices):
+    # integer index tensors on consecutive dims (support.py): one Gather on those dims merged,
+    # at a linear index (torch's negative indices count from the end)
+    pos = [d for d, i in enumerate(indices) if i is not None]
+    if len(pos) == 1:
+        return _gather_axis(b, x, indices[pos[0]], pos[0])
+    p, q = pos[0], pos[-1] + 1
+    shape = broadcast_shapes([indices[d].shape for d in range(p, q)], tensor=x.name)
+    lin = None
+    for d in range(p, q):
+        i = _as(b, indices[d], "int64")
+        i = b.select(b.less(i, 0), b.add(i, x.shape[d]), i)
+        lin = i if lin is None else b.add(b.mul(lin, x.shape[d]), i)
+    if tuple(lin.shape) != tuple(shape):
+        lin = b.broadcast_to(lin, shape, lin.dtype)
+    flat = b.reshape(x, [*x.shape[:p], math.prod(x.shape[p:q]), *x.shape[q:]])
+    return _gather_axis(b, flat, lin, p)
+
+
+def _split_with_sizes(b, out, x, sizes, dim=0):
+    bounds = np.cumsum([0, *sizes])
+    return tuple(_slice(b, out, x, dim, int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:]))
+
+
+def _split(b, out, x, size, dim=0):
+    n = x.shape[dim % len(x.shape)]
+    return _split_with_sizes(b, out, x, [min(size, n - lo) for lo in range(0, n, size)], dim)
+
+
+def _channel(b, v, rank):
+    """A per-channel [C] vector as [1, C, 1, ...] against NC... data."""
+    return b.reshape(v, [1, v.shape[0]] + [1] * (rank - 2))
+
+
+def _batch_norm_eval(b, out, x, weight, bias, mean, var, momentum, eps):
+    rank = len(x.shape)
+    y = b.mul(b.sub(x, _channel(b, mean, rank)), b.rsqrt(b.add(_channel(b, var, rank), float(eps))))
+    if weight is not None:
+        y = b.mul(y, _channel(b, weight, rank))
+    if bias is not None:
+        y = b.add(y, _channel(b, bias, rank))
+    empty = Empty([0], x.dtype)
+    return y, empty, empty
+
+
+# A 1x1 convolution is a GEMM on NCHW data with the weight repeated per image (frontends/onnx.py's
+# rule and bound: above this many images the NHWC path bounds that copy).
+MAX_GEMM_BATCH = 8
+
+
+def _convolution(b, out, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+    # 2-D, not transposed, dilation 1 (support.py); NCHW data as NHWC around Conv2D, as the ONNX frontend
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    sh, sw = stride
+    ph, pw = padding
+    if kh == kw == 1 and sh == sw == 1 and ph == pw == 0 and groups == 1 and n <= MAX_GEMM_BATCH:
+        wm = b.broadcast_to(b.reshape(w, [1, o, c]), [n, o, c], w.dtype)
+        y = b.reshape(b.matmul(wm, b.reshape(x, [n, c, h * wd])), [n, o, h, wd])
+    else:
+        xt = b.transpose(x, [0, 2, 3, 1])
+        if ph or pw:
+            xt = b.op("PadAkg", [xt], [n, h + 2 * ph, wd + 2 * pw, c], xt.dtype, head=[0, ph, pw, 0],
+                      tail=[0, ph, pw, 0], pad_val=0.0)
+        ho, wo = (xt.shape[1] - kh) // sh + 1, (xt.shape[2] - kw) // sw + 1
+        attrs = dict(groups=groups) if groups != 1 else {}
+        y = b.op("Conv2D", [xt, b.transpose(w, [0, 2, 3, 1])], [n, ho, wo, o], x.dtype, stride=[1, 1, sh, sw],
+                 pad_list=[0, 0, 0, 0], dilation=[1, 1, 1, 1], **attrs)
+        y = b.transpose(y, [0, 3, 1, 2])
+    return y if bias is None else b.add(y, _channel(b, bias, 4))
+
+
+def _pair(v: Any, default: Any) -> list[int]:
+    v = list(v) if isinstance(v, (list, tuple)) and len(v) else list(default) if isinstance(v, (list, tuple)) else [v]
+    return v * 2 if len(v) == 1 else v
+
+
+def _pool(b, x, kind, kernel, stride, padding, ceil_mode, count_include_pad=True):
+    kernel = _pair(kernel, ())
+    stride, padding = _pair(stride, kernel), _pair(padding, ())
+    sizes = [(s + 2 * p - k + ((st - 1) if ceil_mode else 0)) // st + 1
+             for s, k, st, p in zip(x.shape[-2:], kernel, stride, padding)]
+    if ceil_mode:  # a window starting in the tail padding is dropped
+        sizes = [d - 1 if (d - 1) * st >= s + p else d for d, s, st, p in zip(sizes, x.shape[-2:], stride, padding)]
+    return b.op("Pool2D", [x], [*x.shape[:-2], *sizes], x.dtype, pool_type=kind, kernel=kernel, stride=stride,
+                pad_head=padding, pad_tail=padding, ceil_mode=bool(ceil_mode),
+                count_include_pad=bool(count_include_pad))
+
+
+def _max_pool2d(b, out, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+    # the indices output is not computed (support.py: only where nothing reads it)
+    return _pool(b, x, "max", kernel, stride, padding, ceil_mode), Empty([0], "int64")
+
+
+def _avg_pool2d(b, out, x, kernel, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True,
+                divisor_override=None):
+    return _pool(b, x, "avg", kernel, stride, padding, ceil_mode, count_include_pad)
+
+
+def _adaptive_avg_pool2d(b, out, x, output_size):
+    (h, w), (oh, ow) = x.shape[-2:], output_size
+    if (oh, ow) == (1, 1):
+        return _mean(b, out, x, [-2, -1], True)
+    if h % oh or w % ow:
+        raise UnsupportedOpError(f"adaptive pooling of {h}x{w} to {oh}x{ow} has windows of unequal size")
+    return _pool(b, x, "avg", [h // oh, w // ow], [h // oh, w // ow], [0, 0], False)
+
 
 
 CONVERTERS: dict[Any, Callable] = {
@@ -312,7 +481,19 @@ CONVERTERS: dict[Any, Callable] = {
     aten.squeeze.default: _squeeze, aten.squeeze.dim: _squeeze, aten.squeeze.dims: _squeeze,
     aten.clone.default: _identity, aten.alias.default: _identity, aten._to_copy.default: _to_copy,
     prims.convert_element_type.default: _convert_element_type, aten.cat.default: _cat,
+    aten.lift_fresh_copy.default: _lift, aten.arange.default: _arange, aten.arange.start: _arange,
+    aten.arange.start_step: _arange, aten.full.default: _full, aten.scalar_tensor.default: _scalar_tensor,
+    aten.bitwise_and.Tensor: _bool_binary(GraphBuilder.minimum), aten.logical_and.default: _bool_binary(GraphBuilder.minimum),
+    aten.bitwise_or.Tensor: _bool_binary(GraphBuilder.maximum), aten.logical_or.default: _bool_binary(GraphBuilder.maximum),
+    aten.embedding.default: _embedding, aten.index_select.default: _index_select, aten.gather.default: _gather,
+    aten.index.Tensor: _index, aten.split_with_sizes.default: _split_with_sizes, aten.split.Tensor: _split,
+    aten._native_batch_norm_legit_no_training.default: _batch_norm_eval, aten.convolution.default: _convolution,
+    aten.max_pool2d_with_indices.default: _max_pool2d, aten.avg_pool2d.default: _avg_pool2d,
+    aten._adaptive_avg_pool2d.default: _adaptive_avg_pool2d, aten.hardtanh.default: _clamp,
 }
+
+# ops whose converter takes an Empty operand
+TAKES_EMPTY = (aten.cat.default, aten.lift_fresh_copy.default, aten.clone.default, aten.alias.default)
 
 # ops that move no data in torch (views); a partition of these alone is left to torch
 VIEW_OPS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.permute.default,
@@ -320,10 +501,15 @@ VIEW_OPS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default, 
             aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.alias.default, aten.clone.default)
 
 
-def _settle(b: GraphBuilder, v: Value, val: Any, node: torch.fx.Node) -> Value:
+def _settle(b: GraphBuilder, v: Any, val: Any, node: torch.fx.Node) -> Any:
     """v as torch computes it: torch's result dtype, and the shape torch infers (its static dims;
     a symbolic one is whatever this call's inputs make it)."""
     if not isinstance(val, torch.Tensor):
+        return v
+    if isinstance(v, Empty):
+        if val.numel() != 0:
+            raise ShapeError(f"converted to nothing, torch infers {list(val.shape)}", op=str(node.target),
+                             tensor=node.name)
         return v
     v = _as(b, v, akg_dtype(val.dtype))
     want = list(val.shape)
@@ -332,17 +518,32 @@ def _settle(b: GraphBuilder, v: Value, val: Any, node: torch.fx.Node) -> Value:
     return v
 
 
-def to_graph(gm: torch.fx.GraphModule, inputs: Sequence[tuple[tuple[int, ...], str]], name: str) -> tuple[Graph, list]:
-    """The partition `gm` as a model Graph whose inputs have these (shape, akgpy dtype)s; also,
-    per graph output, the index of the partition output it is (outputs computed twice, or
-    passed through, share a graph output)."""
+def input_key(args: Sequence[Any]) -> tuple:
+    """What a partition's program is specialised on: each tensor's shape and dtype, each size
+    (an int where dynamo traced a symbolic size) its value."""
+    return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else int(a) for a in args)
+
+
+def to_graph(gm: torch.fx.GraphModule, key: Sequence[Any], name: str) -> tuple[Graph, list[int], list[int]]:
+    """The partition `gm` as a model Graph for one `input_key`; also, per partition output, the
+    graph output it is (outputs computed twice, or passed through, share a graph output), and
+    the partition inputs the graph takes (sizes and empty tensors are none of them)."""
     b = GraphBuilder(name, model=True)
     env: dict[torch.fx.Node, Any] = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    if len(placeholders) != len(inputs):
-        raise ShapeError(f"partition {name} takes {len(placeholders)} inputs, got {len(inputs)}")
-    for k, (node, (shape, dt)) in enumerate(zip(placeholders, inputs)):
+    if len(placeholders) != len(key):
+        raise ShapeError(f"partition {name} takes {len(placeholders)} inputs, got {len(key)}")
+    used = []
+    for k, (node, spec) in enumerate(zip(placeholders, key)):
+        if isinstance(spec, int):
+            env[node] = spec
+            continue
+        shape, dt = spec[0], akg_dtype(spec[1])
+        if math.prod(shape) == 0:
+            env[node] = Empty(shape, dt)
+            continue
         env[node] = b.input(f"in{k}", shape, dt)
+        used.append(k)
     outs: Any = None
     for node in gm.graph.nodes:
         if node.op == "placeholder":
@@ -361,9 +562,11 @@ def to_graph(gm: torch.fx.GraphModule, inputs: Sequence[tuple[tuple[int, ...], s
             raise UnsupportedOpError(f"no akgpy converter for {node.target}", tensor=node.name)
         val = node.meta.get("val")
         out_dt = akg_dtype(val.dtype) if isinstance(val, torch.Tensor) else None
+        if node.target not in TAKES_EMPTY and any(isinstance(env[n], Empty) for n in node.all_input_nodes):
+            raise UnsupportedOpError("an input has no elements", op=str(node.target), tensor=node.name)
         try:
             res = conv(b, out_dt, *args, **kwargs)
-        except (TypeError, ValueError, IndexError, KeyError) as e:
+        except (TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
             raise AttrError(f"cannot convert: {type(e).__name__}: {e}", op=str(node.target), tensor=node.name) from None
         if isinstance(res, tuple):
             env[node] = tuple(_settle(b, r, m, node) for r, m in zip(res, val))
@@ -371,9 +574,12 @@ def to_graph(gm: torch.fx.GraphModule, inputs: Sequence[tuple[tuple[int, ...], s
             env[node] = _settle(b, res, val, node)
     flat = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     values = [env[n] for n in flat]
+    for n, v in zip(flat, values):
+        if not isinstance(v, Value):
+            raise UnsupportedOpError(f"partition output {n.name} is {type(v).__name__}, not a tensor akgpy computes",
+                                     tensor=n.name)
     first: dict[str, int] = {}
     for v in values:
         first.setdefault(v.name, len(first))
     b.output(*(v for v in {v.name: v for v in values}.values()))
-    return b.build(), [first[v.name] for v in values]
-
+    return b.build(), [first[v.name] for v in values], used

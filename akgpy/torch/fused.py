@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -14,7 +14,7 @@ import torch
 
 from ..errors import AkgpyError
 from ..pipeline import compile_model
-from .convert import akg_dtype, to_graph
+from .convert import input_key, to_graph
 from .report import PartitionReport
 
 
@@ -37,6 +37,7 @@ def to_torch(a: np.ndarray) -> torch.Tensor:
 class _Entry:
     program: Any  # the akgpy ModelProgram, or None: this shape runs in torch
     outputs: list[int]  # per partition output, the program output it is
+    inputs: list[int] = field(default_factory=list)  # the partition inputs the program takes (not sizes)
 
 
 class FusedPartition(torch.nn.Module):
@@ -47,13 +48,13 @@ class FusedPartition(torch.nn.Module):
         self._lock = threading.Lock()
 
     def forward(self, *args: torch.Tensor) -> tuple:
-        key = tuple((tuple(a.shape), a.dtype) for a in args)
+        key = input_key(args)
         entry = self.compiled.get(key)
         if entry is None:
             entry = self._compile(key)
         if entry.program is not None:
             try:
-                outs = entry.program(*(to_numpy(a) for a in args))
+                outs = entry.program(*(to_numpy(args[i]) for i in entry.inputs))
             except Exception as e:  # never the user's error: this shape runs in torch from now on
                 self._fall_back(key, f"akgpy run failed: {type(e).__name__}: {e}")
             else:
@@ -67,8 +68,8 @@ class FusedPartition(torch.nn.Module):
             if key in self.compiled:
                 return self.compiled[key]
             try:
-                graph, outputs = to_graph(self.gm, [(shape, akg_dtype(dt)) for shape, dt in key], self.record.name)
-                entry = _Entry(on_torch_threads(compile_model(graph)), outputs)
+                graph, outputs, inputs = to_graph(self.gm, key, self.record.name)
+                entry = _Entry(on_torch_threads(compile_model(graph)), outputs, inputs)
                 self.record.programs += 1
             except Exception as e:  # a conversion or compile failure leaves this shape to torch
                 entry = _Entry(None, [])
@@ -102,4 +103,4 @@ _launcher_warned = False
 
 
 def _label(key: tuple) -> str:
-    return ", ".join(f"{str(dt).removeprefix('torch.')}{list(shape)}" for shape, dt in key)
+    return ", ".join(str(k) if isinstance(k, int) else f"{str(k[1]).removeprefix('torch.')}{list(k[0])}" for k in key)

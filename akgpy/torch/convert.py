@@ -285,6 +285,10 @@ class Empty:
         self.shape, self.dtype = tuple(shape), dtype
 
 
+class Unread(Empty):
+    """An output akgpy does not compute because nothing reads it (max pooling's indices: support.py)."""
+
+
 def _lift(b, out, x):
     return x
 
@@ -426,7 +430,7 @@ def _pool(b, x, kind, kernel, stride, padding, ceil_mode, count_include_pad=True
 
 def _max_pool2d(b, out, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
     # the indices output is not computed (support.py: only where nothing reads it)
-    return _pool(b, x, "max", kernel, stride, padding, ceil_mode), Empty([0], "int64")
+    return _pool(b, x, "max", kernel, stride, padding, ceil_mode), Unread([0], "int64")
 
 
 def _avg_pool2d(b, out, x, kernel, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True,
@@ -507,7 +511,7 @@ def _settle(b: GraphBuilder, v: Any, val: Any, node: torch.fx.Node) -> Any:
     if not isinstance(val, torch.Tensor):
         return v
     if isinstance(v, Empty):
-        if val.numel() != 0:
+        if val.numel() != 0 and not isinstance(v, Unread):
             raise ShapeError(f"converted to nothing, torch infers {list(val.shape)}", op=str(node.target),
                              tensor=node.name)
         return v

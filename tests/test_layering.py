@@ -11,7 +11,7 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "akgpy"
 STAGE = {"version": 0, "errors": 0, "dtypes": 0, "config": 0, "target": 0, "graph": 1, "ops": 1, "frontends": 2, "reference": 2,
-         "testing": 2, "fusion": 2, "zoo": 2, "te": 3, "poly": 4, "schedule": 5, "targets": 6, "runtime": 7, "pipeline": 8, "tune": 9,
+         "testing": 2, "fusion": 2, "zoo": 2, "zoo_torch": 2, "te": 3, "poly": 4, "schedule": 5, "targets": 6, "runtime": 7, "pipeline": 8, "tune": 9,
          "kernel_meta": 10, "mindspore": 11, "torch": 11, "__init__": 12}
 # (importing module, imported module or package prefix): why this import reaches a later stage
 FORWARD = {

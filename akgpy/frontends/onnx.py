@@ -28,7 +28,8 @@ from ..ops.registry import broadcast_shapes, slice_shape
 # ONNX ops whose outputs are computed at import when every input is a constant.
 FOLDABLE = {"Shape", "Size", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Cast", "Add", "Sub",
             "Mul", "Div", "Equal", "Where", "Range", "ConstantOfShape", "Expand", "Transpose", "Identity", "Neg",
-            "Sqrt", "Pow", "ReduceProd", "Max", "Min", "Less", "Greater", "Not", "Floor", "Ceil", "Abs", "Tile"}
+            "Sqrt", "Pow", "ReduceProd", "Max", "Min", "Less", "Greater", "Not", "Floor", "Ceil", "Abs", "Tile",
+            "And", "Or", "Xor", "Log", "GreaterOrEqual", "LessOrEqual"}
 
 
 def from_onnx(model: Any, shapes: Mapping[str, Sequence[int]] | None = None, *, name: str | None = None) -> Graph:
@@ -211,7 +212,8 @@ class _Importer:
             outputs = [helper.make_tensor_value_info(n, 0, None) for n in node.output]
             graph = helper.make_graph([node], "fold", inputs, outputs)
             m = helper.make_model(graph, opset_imports=list(self.proto.opset_import))
-            res = ReferenceEvaluator(m).run(None, {n: self.consts[n] for n in ins})
+            with np.errstate(all="ignore"):  # log(0) = -inf and the like are ONNX's results, not errors
+                res = ReferenceEvaluator(m).run(None, {n: self.consts[n] for n in ins})
         except Exception as e:
             raise FormatError(f"constant folding failed: {type(e).__name__}: {str(e)[:200]}") from None
         for n, v in zip(node.output, res):
@@ -697,6 +699,72 @@ def _gather(im: _Importer, node):
     return [y]
 
 
+def _logical(kind: str):
+    """And/Or/Xor/Not on bool tensors as Selects: elementwise, so they fuse with the mask
+    arithmetic around them (the attention masks of HF exports)."""
+    def h(im: _Importer, node):
+        b = im.b
+        for n in node.input:
+            dt = im.values[n].dtype if n in im.values else dtypes.from_numpy(im.const(n, "operand").dtype, tensor=n)
+            if dt != "bool":
+                raise ShapeError(f"{node.op_type} takes bool tensors, got {dt}", tensor=n)
+        vals = im.operands(node.input)
+        if not isinstance(vals[0], Value):  # the condition must be a tensor: the ops are symmetric
+            vals = vals[::-1]
+        false, true = b._const(False, "bool"), b._const(True, "bool")
+        if kind == "not":
+            return [_select(b, vals[0], false, true, node.output[0])]
+        a, o = vals[0], vals[1]
+        if kind == "and":
+            return [_select(b, a, o, false, node.output[0])]
+        if kind == "or":
+            return [_select(b, a, true, o, node.output[0])]
+        if not isinstance(o, Value):
+            o = b._const(bool(o), "bool")
+        return [_select(b, a, _select(b, o, false, true, node.output[0]), o, node.output[0])]
+    return h
+
+
+def _select(b: GraphBuilder, c: Value, x: Any, y: Any, name: str) -> Value:
+    """Select(c, x, y) with numpy broadcasting; x and y are values or bool scalars."""
+    x, y = (v if isinstance(v, Value) else b._const(bool(v), "bool") for v in (x, y))
+    shape = broadcast_shapes([c.shape, *(v.shape for v in (x, y) if not v.tensor.is_const)], tensor=name)
+    if tuple(c.shape) != shape:
+        c = b.broadcast_to(c, shape, c.dtype)
+    return b.op("Select", [c, x, y], shape, "bool")
+
+
+def _gather_nd(im: _Importer, node):
+    """GatherND with constant indices: the index tuples become row numbers of the data viewed as
+    [prod(indexed dims), rest...], and the op a Gather of those rows (the mask lookups of the
+    dynamo exporter). Computed indices are not supported."""
+    x = im.val(node.input[0])
+    idx = im.const(node.input[1], "GatherND indices")
+    bd = int(im._attr("batch_dims", 0))
+    rank = len(x.shape)
+    if idx.dtype.kind not in "iu" or idx.ndim < 1:
+        raise ShapeError(f"GatherND indices must be an integer tensor of rank >= 1, got {idx.dtype}{list(idx.shape)}",
+                         tensor=node.input[1])
+    k = idx.shape[-1]
+    if not 0 <= bd < min(rank, idx.ndim) or bd + k > rank or tuple(idx.shape[:bd]) != tuple(x.shape[:bd]):
+        raise ShapeError(f"GatherND indices {list(idx.shape)} with batch_dims={bd} do not index data "
+                         f"{list(x.shape)}", tensor=node.input[1])
+    dims = x.shape[bd:bd + k]
+    idx = idx.astype(np.int64)
+    if np.any(idx < -np.array(dims)) or np.any(idx >= np.array(dims)):
+        raise ShapeError(f"GatherND indices out of range for dims {list(dims)}", tensor=node.input[1])
+    idx = np.where(idx < 0, idx + np.array(dims), idx)
+    rows = np.ravel_multi_index(tuple(np.moveaxis(idx, -1, 0)), dims) if k else np.zeros(idx.shape[:-1], np.int64)
+    nb = math.prod(x.shape[:bd])
+    batch = np.arange(nb, dtype=np.int64).reshape(x.shape[:bd] + (1,) * (idx.ndim - 1 - bd))
+    rows = rows + batch * math.prod(dims)  # batch b reads rows of its own block
+    rest = list(x.shape[bd + k:])
+    flat = _reshape_to(im, x, [nb * math.prod(dims), *rest])
+    iv = im.b.weight(_safe(node.input[1]) + "_rows", np.ascontiguousarray(rows.reshape(-1)))
+    y = im.b.op("Gather", [flat, iv], [rows.size, *rest], x.dtype, axis=0)
+    return [_reshape_to(im, y, [*idx.shape[:-1], *rest] or [1])]
+
+
 def _split(im: _Importer, node):
     """Split as StridedSlices along `axis`: sizes from the `split` input (opset 13+) or
     attribute (before 13), else `num_outputs` (opset 18: chunks of ceil(n / k), the last
@@ -760,4 +828,6 @@ HANDLERS: dict[str, Callable] = {
     "Flatten": _flatten, "Concat": _concat, "Slice": _slice, "Gather": _gather, "Cast": _cast,
     "Split": _split, "GatherElements": _gather_elements,
     "Where": _where, "Expand": _expand, "Identity": _identity, "Dropout": _dropout,
+    "And": _logical("and"), "Or": _logical("or"), "Xor": _logical("xor"), "Not": _logical("not"),
+    "GatherND": _gather_nd,
 }

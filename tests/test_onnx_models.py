@@ -82,3 +82,68 @@ def test_second_input_shape(exports, family):
     g, prog = compile_and_check(model, inputs, shapes={k: v.shape for k, v in inputs.items()})
     assert prog.fallbacks() == []
     assert tuple(g.tensors[g.free_inputs[0]].shape) == inputs[g.free_inputs[0]].shape
+
+
+# -- the frontend's handlers these exports need, on small hand-built graphs -------------------
+
+def _model(nodes, inputs, outputs, inits=(), opset=18):
+    from onnx import helper
+    g = helper.make_graph(nodes, "t", inputs, outputs, list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]).SerializeToString()
+
+
+def test_logical_ops_match_onnxruntime():
+    """And/Or/Xor/Not (the HF masks' bool arithmetic) with broadcasting and a constant operand first."""
+    from onnx import TensorProto as TP, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    c = rng.random(4) < 0.5
+    nodes = [helper.make_node("And", ["a", "b"], ["and"]), helper.make_node("Or", ["b", "a"], ["or"]),
+             helper.make_node("Xor", ["a", "b"], ["xor"]), helper.make_node("Not", ["a"], ["not"]),
+             helper.make_node("And", ["c", "a"], ["and_c"]), helper.make_node("Or", ["a", "c"], ["or_c"]),
+             helper.make_node("Xor", ["c", "b"], ["xor_c"])]
+    outs = [helper.make_tensor_value_info(n, TP.BOOL, None) for n in ("and", "or", "xor", "not", "and_c", "or_c",
+                                                                      "xor_c")]
+    model = _model(nodes, [helper.make_tensor_value_info("a", TP.BOOL, [2, 3, 4]),
+                           helper.make_tensor_value_info("b", TP.BOOL, [3, 4])], outs,
+                   [numpy_helper.from_array(c, "c")])
+    inputs = {"a": rng.random((2, 3, 4)) < 0.5, "b": rng.random((3, 4)) < 0.5}
+    g, prog = compile_and_check(model, inputs)
+    assert prog.fallbacks() == [] and {op.name for op in g.ops} <= {"Select", "BroadcastTo"}
+
+
+@pytest.mark.parametrize("batch_dims, idx", [
+    (0, [[1, 2], [0, -1], [1, 0]]),          # whole rows of the last two dims, a negative index
+    (0, [[[1, 2, 3]], [[0, 0, 4]]]),         # single elements, indices of rank 3
+    (1, [[[2], [0]], [[1], [1]]]),           # per batch: rows of that batch's own block
+])
+def test_gather_nd_with_constant_indices_matches_onnxruntime(batch_dims, idx):
+    from onnx import TensorProto as TP, helper, numpy_helper
+    idx = np.array(idx, dtype=np.int64)
+    model = _model([helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=batch_dims)],
+                   [helper.make_tensor_value_info("x", TP.FLOAT, [2, 3, 5])],
+                   [helper.make_tensor_value_info("y", TP.FLOAT, None)], [numpy_helper.from_array(idx, "i")])
+    inputs = {"x": np.random.default_rng(1).standard_normal((2, 3, 5)).astype(np.float32)}
+    g, prog = compile_and_check(model, inputs)
+    assert prog.fallbacks() == [] and "Gather" in {op.name for op in g.ops}
+
+
+def test_gather_nd_and_logical_errors_name_the_node():
+    from onnx import TensorProto as TP, helper, numpy_helper
+    from akgpy.errors import ShapeError, UnsupportedOpError
+    computed = _model([helper.make_node("GatherND", ["x", "i"], ["y"], name="gnd")],
+                      [helper.make_tensor_value_info("x", TP.FLOAT, [2, 3]),
+                       helper.make_tensor_value_info("i", TP.INT64, [2, 1])],
+                      [helper.make_tensor_value_info("y", TP.FLOAT, None)])
+    with pytest.raises(UnsupportedOpError, match="GatherND indices must be a constant.*ONNX GatherND node 'gnd'"):
+        akgpy.from_onnx(computed)
+    out_of_range = _model([helper.make_node("GatherND", ["x", "i"], ["y"], name="gnd")],
+                          [helper.make_tensor_value_info("x", TP.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, None)],
+                          [numpy_helper.from_array(np.array([[0, 3]], np.int64), "i")])
+    with pytest.raises(ShapeError, match="GatherND.*out of range"):
+        akgpy.from_onnx(out_of_range)
+    not_bool = _model([helper.make_node("Not", ["x"], ["y"], name="neg")],
+                      [helper.make_tensor_value_info("x", TP.FLOAT, [2, 3])],
+                      [helper.make_tensor_value_info("y", TP.FLOAT, None)])
+    with pytest.raises(ShapeError, match="Not takes bool tensors.*ONNX Not node 'neg'"):
+        akgpy.from_onnx(not_bool)

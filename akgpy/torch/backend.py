@@ -25,11 +25,17 @@ def op_name(target) -> str:
     return "getitem" if target is operator.getitem else str(target)
 
 
+def _is_size(val) -> bool:
+    return isinstance(val, (int, torch.SymInt)) and not isinstance(val, bool)
+
+
 def partition_graph(gm: torch.fx.GraphModule, kind: str = "forward") -> tuple[torch.fx.GraphModule, GraphReport]:
     """gm with every fused partition replaced by a FusedPartition submodule (in place), and its report."""
     from .support import AkgpySupport
     support = AkgpySupport()
-    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    # size arithmetic on symbolic sizes (sym_size, operator.mul ...) is Python int math, not a
+    # tensor op: it stays outside partitions and out of the counts
+    calls = [n for n in gm.graph.nodes if n.op == "call_function" and not _is_size(n.meta.get("val"))]
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=False,
                                              non_compute_ops=[_get_qualified_name(op) for op in VIEW_OPS])
     partitions = partitioner.propose_partitions()

@@ -105,13 +105,51 @@ def _conv2d(op, args, ins, out):
     x, w = args
     sh, sw = tuple(op.attrs.get("stride", (1, 1, 1, 1)))[-2:]
     n, oh, ow, o = out.shape
-    _, kh, kw, _ = w.shape
-    acc = np.zeros((n, oh, ow, o))
+    _, kh, kw, cg = w.shape
+    g = x.shape[-1] // cg  # groups: the registry checked that they divide both channel counts
+    acc = np.zeros((n, oh, ow, g, o // g))
+    wg = w.reshape(g, o // g, kh, kw, cg)
     for i in range(kh):  # one GEMM per filter tap keeps memory at one shifted copy of x
         for j in range(kw):
             patch = x[:, i:i + sh * (oh - 1) + 1:sh, j:j + sw * (ow - 1) + 1:sw, :]
-            acc += patch @ w[:, i, j, :].T
-    return acc
+            if g == 1:
+                acc[..., 0, :] += patch @ w[:, i, j, :].T
+            else:
+                acc += np.einsum("nhwgc,goc->nhwgo", patch.reshape(n, oh, ow, g, cg), wg[:, :, i, j, :])
+    return acc.reshape(n, oh, ow, o)
+
+
+def _pool2d(op, args, ins, out):
+    """Windows over the last two dims of x padded to cover every window; a 0/1 mask padded the
+    same way counts the terms each average divides by."""
+    x = args[0]
+    a = op.attrs
+    (kh, kw), (sh, sw) = a["kernel"], a.get("stride", [1, 1])
+    head, tail = a.get("pad_head", [0, 0]), a.get("pad_tail", [0, 0])
+    oh, ow = out.shape[-2:]
+    h, w = x.shape[-2:]
+    # rows past the declared tail padding that ceil_mode's last window covers
+    extra = [max((od - 1) * s + k - (size + ph + pt), 0)
+             for od, s, k, size, ph, pt in ((oh, sh, kh, h, head[0], tail[0]), (ow, sw, kw, w, head[1], tail[1]))]
+    lead = [(0, 0)] * (x.ndim - 2)
+    widths = lead + [(head[0], tail[0] + extra[0]), (head[1], tail[1] + extra[1])]
+    is_max = a["pool_type"] == "max"
+    if is_max:
+        fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    else:
+        fill = 0
+    xp = np.pad(x, widths, constant_values=fill)
+    if a.get("count_include_pad", False):  # padding counts, ceil_mode's extra rows do not
+        ones = np.pad(np.ones((h + head[0] + tail[0], w + head[1] + tail[1])), [(0, extra[0]), (0, extra[1])])
+    else:
+        ones = np.pad(np.ones((h, w)), widths[-2:])
+    acc, count = None, np.zeros((oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            win = xp[..., i:i + sh * (oh - 1) + 1:sh, j:j + sw * (ow - 1) + 1:sw]
+            count += ones[i:i + sh * (oh - 1) + 1:sh, j:j + sw * (ow - 1) + 1:sw]
+            acc = win if acc is None else (np.maximum(acc, win) if is_max else acc + win)
+    return acc if is_max else acc / count
 
 
 def _one_hot(op, args, ins, out):
@@ -202,7 +240,7 @@ REFERENCE: dict[str, Callable[[Op, list, list[Tensor], Tensor], Any]] = {
     "OneHot": _one_hot,
     "Reshape": lambda op, args, ins, out: args[0].reshape(out.shape),
     "Transpose": lambda op, args, ins, out: np.transpose(args[0], op.attrs["perm"]),
-    "PadAkg": _pad, "UnPadAkg": _unpad,
+    "PadAkg": _pad, "UnPadAkg": _unpad, "Pool2D": _pool2d,
     "ReduceSum": _reduce(np.sum), "ReduceMax": _reduce(np.max),
     "MatMul": _matmul, "Conv2D": _conv2d, "Custom": _custom,
     # InplaceAssign/Assign are handled by evaluate(): they rebind a buffer, not compute.

@@ -740,6 +740,34 @@ def test_conv2d_channels_in_and_out():
     golden(out, [[[[3.0, -1.0], [7.0, -1.0]], [[11.0, -1.0], [15.0, -1.0]]]], "float16")
 
 
+
+@covers("Conv2D")
+def test_conv2d_depthwise_groups():
+    # groups=2 on 2 channels, weight OHWI [2, 1, 1, 1] = [2, -1]: each channel scaled on its own
+    b = GraphBuilder("dw")
+    x, w = b.input("x", (1, 1, 2, 2), "float32"), b.input("w", (2, 1, 1, 1), "float32")
+    b.output(b.op("Conv2D", [x, w], (1, 1, 2, 2), "float32", stride=[1, 1, 1, 1], groups=2))
+    (out,) = run(b.build(), [f32([[[[1.0, 2.0], [3.0, 4.0]]]]), f32([[[[2.0]]], [[[-1.0]]]])])
+    golden(out, [[[[2.0, -2.0], [6.0, -4.0]]]], "float32")
+
+
+@covers("Pool2D")
+def test_pool2d_max_and_average_without_padding_counted():
+    x = arr([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]], np.float32).reshape(1, 1, 3, 3)
+    b = GraphBuilder("pool")
+    v = b.input("x", (1, 1, 3, 3), "float32")
+    b.output(b.op("Pool2D", [v], (1, 1, 2, 2), "float32", pool_type="max", kernel=[2, 2], stride=[1, 1]),
+             b.op("Pool2D", [v], (1, 1, 3, 3), "float32", pool_type="avg", kernel=[2, 2], stride=[1, 1],
+                  pad_head=[1, 1], pad_tail=[0, 0]),
+             b.op("Pool2D", [v], (1, 1, 2, 2), "float32", pool_type="avg", kernel=[2, 2], stride=[2, 2],
+                  pad_head=[1, 1], count_include_pad=True, ceil_mode=True))
+    mx, avg, inc = run(b.build(), [x])
+    golden(mx, [[[[5.0, 6.0], [8.0, 9.0]]]], "float32")
+    golden(avg, [[[[1.0, 1.5, 2.5], [2.5, 3.0, 4.0], [5.5, 6.0, 7.0]]]], "float32")
+    # windows rows -1..0 / 1..2, the padding row and column count, nothing past the input does
+    golden(inc, [[[[0.25, 1.25], [2.75, 7.0]]]], "float32")
+
+
 # -- InplaceAssign / Assign ----------------------------------------------------------------------
 
 @covers("InplaceAssign")

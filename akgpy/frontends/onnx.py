@@ -23,7 +23,7 @@ from .. import dtypes
 from ..errors import AttrError, FormatError, ShapeError, UnsupportedOpError
 from ..graph.builder import GraphBuilder, Value
 from ..graph.ir import Graph
-from ..ops.registry import broadcast_shapes, slice_shape
+from ..ops.registry import broadcast_shapes, pool_extent, slice_shape
 
 # ONNX ops whose outputs are computed at import when every input is a constant.
 FOLDABLE = {"Shape", "Size", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Cast", "Add", "Sub",
@@ -458,14 +458,16 @@ def _conv(im: _Importer, node):
     x = im.val(node.input[0])
     if len(x.shape) != 4:
         raise UnsupportedOpError(f"only 2-D convolution (NCHW input) is supported, got rank {len(x.shape)}")
-    if im._attr("group", 1) != 1:
-        raise UnsupportedOpError(f"grouped Conv (group={im._attr('group')}) is not supported")
     if any(d != 1 for d in im._attr("dilations", [1, 1])):
         raise UnsupportedOpError(f"dilated Conv (dilations={im._attr('dilations')}) is not supported")
     wc = im.const(node.input[1], "Conv weight")
-    if wc.ndim != 4 or wc.shape[1] != x.shape[1]:
-        raise ShapeError(f"Conv weight {list(wc.shape)} is not [out, {x.shape[1]}, kh, kw] for input "
-                         f"{list(x.shape)}", tensor=node.input[1])
+    group = im._attr("group", 1)
+    if group < 1 or x.shape[1] % group or wc.ndim != 4 or wc.shape[0] % group:
+        raise AttrError(f"Conv group={group} does not divide the {x.shape[1]} input channels and the "
+                        f"{wc.shape[0] if wc.ndim else '?'} output channels")
+    if wc.shape[1] * group != x.shape[1]:
+        raise ShapeError(f"Conv weight {list(wc.shape)} is not [out, {x.shape[1] // group}, kh, kw] for input "
+                         f"{list(x.shape)} in {group} group(s)", tensor=node.input[1])
     o, c, kh, kw = wc.shape
     strides, pads = list(im._attr("strides", [1, 1])), list(im._attr("pads", [0, 0, 0, 0]))
     auto = im._attr("auto_pad", "NOTSET")
@@ -483,10 +485,10 @@ def _conv(im: _Importer, node):
         pads = [lo[0], lo[1], ph - lo[0], pw - lo[1]]
     elif auto == "VALID":
         pads = [0, 0, 0, 0]
-    if kh == kw == 1 and sh == sw == 1 and not any(pads) and n <= MAX_GEMM_BATCH:
+    if kh == kw == 1 and sh == sw == 1 and not any(pads) and n <= MAX_GEMM_BATCH and group == 1:
         y = _conv1x1(im, x, wc, n, c, h, wd, o)
     else:
-        y = _conv_nhwc(im, x, wc, node, pads, sh, sw)
+        y = _conv_nhwc(im, x, wc, node, pads, sh, sw, group)
     if len(node.input) > 2 and node.input[2]:
         bias = im.const(node.input[2], "Conv bias")
         if bias.shape != (o,):
@@ -510,7 +512,7 @@ def _conv1x1(im: _Importer, x: Value, wc: np.ndarray, n: int, c: int, h: int, wd
     return b.reshape(y, [n, o, h, wd])
 
 
-def _conv_nhwc(im: _Importer, x: Value, wc: np.ndarray, node, pads, sh: int, sw: int) -> Value:
+def _conv_nhwc(im: _Importer, x: Value, wc: np.ndarray, node, pads, sh: int, sw: int, group: int = 1) -> Value:
     b = im.b
     n, c, h, wd = x.shape
     o, _, kh, kw = wc.shape
@@ -521,9 +523,81 @@ def _conv_nhwc(im: _Importer, x: Value, wc: np.ndarray, node, pads, sh: int, sw:
                   pad_val=0.0)
     w = b.weight(_safe(node.input[1]) + "_ohwi", np.ascontiguousarray(wc.transpose(0, 2, 3, 1)))
     ho, wo = (xt.shape[1] - kh) // sh + 1, (xt.shape[2] - kw) // sw + 1
+    groups = {"groups": group} if group != 1 else {}
     y = b.op("Conv2D", [xt, w], [n, ho, wo, o], x.dtype, stride=[1, 1, sh, sw], pad_list=[0, 0, 0, 0],
-             dilation=[1, 1, 1, 1])
+             dilation=[1, 1, 1, 1], **groups)
     return b.transpose(y, [0, 3, 1, 2])
+
+
+def _pool(kind: str):
+    """MaxPool / AveragePool over the two spatial dims of NCHW data: one Pool2D."""
+    def h(im: _Importer, node):
+        x = im.val(node.input[0])
+        kernel = list(im._attr("kernel_shape"))
+        if len(x.shape) != 4 or len(kernel) != 2:
+            raise UnsupportedOpError(f"only 2-D pooling (NCHW input, 2 kernel dims) is supported, got input "
+                                     f"{list(x.shape)} and kernel_shape {kernel}")
+        if any(d != 1 for d in im._attr("dilations", [1, 1])):
+            raise UnsupportedOpError(f"dilated pooling (dilations={im._attr('dilations')}) is not supported")
+        if kind == "max" and len(node.output) > 1 and node.output[1]:
+            raise UnsupportedOpError("MaxPool's Indices output is not supported")
+        if x.dtype == "bool" or (kind == "avg" and not x.dtype.startswith("float")):
+            raise ShapeError(f"{node.op_type} of {x.dtype} data is not supported", tensor=node.input[0])
+        strides, pads = list(im._attr("strides", [1, 1])), list(im._attr("pads", [0, 0, 0, 0]))
+        auto, ceil = im._attr("auto_pad", "NOTSET"), im.flag("ceil_mode", 0)
+        if len(strides) != 2 or len(pads) != 4:
+            raise AttrError(f"{node.op_type} strides {strides} / pads {pads}: 2-D needs 2 strides and 4 pads")
+        if auto not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+            raise AttrError(f"{node.op_type} auto_pad={auto!r} is not an ONNX auto_pad")
+        size = x.shape[2:]
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            if min(strides) < 1:
+                raise AttrError(f"{node.op_type} strides {strides} must be >= 1")
+            total = [max((math.ceil(n / s) - 1) * s + k - n, 0) for n, s, k in zip(size, strides, kernel)]
+            lo = [p // 2 if auto == "SAME_UPPER" else p - p // 2 for p in total]
+            pads = [lo[0], lo[1], total[0] - lo[0], total[1] - lo[1]]
+        elif auto == "VALID":
+            pads = [0, 0, 0, 0]
+        out = [pool_extent(n, k, s, pads[d], pads[d + 2], ceil)
+               for d, (n, k, s) in enumerate(zip(size, kernel, strides))]
+        include = im.flag("count_include_pad", 0) if kind == "avg" else False
+        return [im.b.op("Pool2D", [x], [*x.shape[:2], *out], x.dtype, pool_type=kind, kernel=kernel,
+                        stride=strides, pad_head=pads[:2], pad_tail=pads[2:], ceil_mode=ceil,
+                        count_include_pad=include)]
+    return h
+
+
+def _global_pool(kind: str):
+    def h(im: _Importer, node):
+        x = im.val(node.input[0])
+        if len(x.shape) < 3:
+            raise ShapeError(f"{node.op_type} needs [N, C, spatial...] data, got {list(x.shape)}",
+                             tensor=node.input[0])
+        axes = list(range(2, len(x.shape)))
+        return [_mean(im.b, x, axes) if kind == "avg" else im.b.reduce_max(x, axes, keepdims=True)]
+    return h
+
+
+def _clip(im: _Importer, node):
+    """min(max(x, lo), hi), either bound optional: inputs from opset 11 (ReLU6 is Clip(0, 6)),
+    attributes before."""
+    if im.opset < 11:
+        lo, hi = im._attr("min", None), im._attr("max", None)
+        y = im.val(node.input[0])
+    else:
+        bounds = [n or None for n in [*node.input[1:3], "", ""][:2]]  # "" or absent: no bound
+        for n in bounds:
+            if n is not None and (n in im.consts and im.consts[n].size != 1 or
+                                  n in im.values and math.prod(im.values[n].shape) != 1):
+                raise ShapeError("Clip's min and max must be scalars", tensor=n)
+        vals = im.operands([node.input[0], *(n for n in bounds if n is not None)])
+        y, rest = vals[0], iter(vals[1:])
+        lo, hi = (next(rest) if n is not None else None for n in bounds)
+    if lo is not None:
+        y = im.b.maximum(y, lo)
+    if hi is not None:
+        y = im.b.minimum(y, hi)
+    return [y]
 
 
 def _batchnorm(im: _Importer, node):
@@ -831,3 +905,5 @@ HANDLERS: dict[str, Callable] = {
     "And": _logical("and"), "Or": _logical("or"), "Xor": _logical("xor"), "Not": _logical("not"),
     "GatherND": _gather_nd,
 }
+    "MaxPool": _pool("max"), "AveragePool": _pool("avg"), "GlobalAveragePool": _global_pool("avg"),
+    "GlobalMaxPool": _global_pool("max"), "Clip": _clip,

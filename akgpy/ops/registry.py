@@ -326,16 +326,73 @@ def conv2d(op, ins, outs):
         raise AttrError("Conv2D with a nonzero pad_list is not supported; pad with PadAkg first")
     if any(d != 1 for d in _int_list(op, "dilation", [1, 1, 1, 1])):
         raise AttrError("Conv2D with dilation != 1 is not supported")
-    if op.attrs.get("groups", 1) not in (1, None) or op.attrs.get("group", 1) not in (1, None):
-        raise AttrError("grouped Conv2D is not supported")
+    groups = conv_groups(op)
     n, h, wd, c = x.shape
     o, kh, kw, c2 = w.shape
-    if c != c2:
-        raise ShapeError(f"channels differ: data {c}, weight {c2}", tensor=w.name)
+    if c % groups or o % groups:
+        raise AttrError(f"groups={groups} does not divide the {c} input and {o} output channels", tensor=w.name)
+    if c != c2 * groups:
+        raise ShapeError(f"channels differ: data {c}, weight {c2} per group x {groups} groups", tensor=w.name)
     if sh < 1 or sw < 1 or kh > h or kw > wd:
         raise ShapeError(f"kernel {kh}x{kw} stride {sh}x{sw} does not fit {h}x{wd}", tensor=w.name)
     _expect(outs[0], (n, (h - kh) // sh + 1, (wd - kw) // sw + 1, o), op.attr("dst_type", outs[0].dtype))
     _contraction_dtypes(x, w, outs[0].dtype)
+
+
+def conv_groups(op) -> int:
+    """Conv2D's group count: `groups` (or MindSpore's `group`), absent or None meaning 1. Each
+    group convolves C/groups input channels into O/groups outputs (groups == C: depthwise)."""
+    g = op.attrs.get("groups", op.attrs.get("group", 1))
+    g = 1 if g is None else g
+    if not _is_int(g) or g < 1:
+        raise AttrError(f"groups must be a positive int, got {g!r:.40}")
+    return g
+
+
+POOL_TYPES = ("max", "avg")
+
+
+def pool_extent(size: int, k: int, s: int, head: int, tail: int, ceil_mode: bool) -> int:
+    """Pool2D's output extent along one dim. ceil_mode rounds the window count up, but a window
+    that would start in the tail padding is dropped (ONNX's and torch's rule)."""
+    if k < 1 or s < 1 or head < 0 or tail < 0:
+        raise AttrError(f"kernel {k} and stride {s} must be >= 1, pads {head}/{tail} >= 0")
+    if head >= k or tail >= k:
+        raise AttrError(f"pads {head}/{tail} must be smaller than the kernel {k}")
+    span = size + head + tail - k
+    if span < 0:
+        raise AttrError(f"kernel {k} does not fit the padded extent {size} + {head} + {tail}")
+    d = -(-span // s) + 1 if ceil_mode else span // s + 1
+    if ceil_mode and (d - 1) * s >= size + head:
+        d -= 1
+    return d
+
+
+def pool_dims(op, h: int, w: int) -> tuple[int, int]:
+    """Pool2D's output H and W (`pool_extent` per dim)."""
+    kernel, stride = _int_list(op, "kernel"), _int_list(op, "stride", [1, 1])
+    head, tail = _int_list(op, "pad_head", [0, 0]), _int_list(op, "pad_tail", [0, 0])
+    if len(kernel) != 2 or len(stride) != 2 or len(head) != 2 or len(tail) != 2:
+        raise AttrError(f"kernel {list(kernel)}, stride {list(stride)}, pad_head {list(head)} and pad_tail "
+                        f"{list(tail)} must each be [h, w]")
+    ceil = bool(op.attr("ceil_mode", False))
+    return (pool_extent(h, kernel[0], stride[0], head[0], tail[0], ceil),
+            pool_extent(w, kernel[1], stride[1], head[1], tail[1], ceil))
+
+
+def pool2d(op, ins, outs):
+    x = ins[0]
+    if len(x.shape) < 3:
+        raise ShapeError(f"Pool2D pools the last two dims of [N, C, H, W] data, got {list(x.shape)}", tensor=x.name)
+    kind = op.attr("pool_type")
+    if kind not in POOL_TYPES:
+        raise AttrError(f"pool_type {kind!r:.40} is not one of {list(POOL_TYPES)}")
+    if kind == "avg" and not x.dtype.startswith(("float", "bfloat")):
+        raise ShapeError(f"an average Pool2D needs float data, got {x.dtype}", tensor=x.name)
+    if x.dtype == "bool" or x.dtype.startswith("complex"):
+        raise ShapeError(f"Pool2D of {x.dtype} data is not supported", tensor=x.name)
+    oh, ow = pool_dims(op, *x.shape[-2:])
+    _expect(outs[0], (*x.shape[:-2], oh, ow), x.dtype)
 
 
 def pad(op, ins, outs):
@@ -475,6 +532,8 @@ _ROWS = [
     OpDef("StridedSlice", L, slice_, (1, 1), ("begin", "end", "strides")),
     OpDef("Gather", L, gather, (2, 2), ("axis",)),
     OpDef("GatherElements", L, gather_elements, (2, 2), ("axis",)),
+    OpDef("Pool2D", L, pool2d, (1, 1), ("pool_type", "kernel", "stride", "pad_head", "pad_tail", "ceil_mode",
+                                        "count_include_pad")),
 ]
 OPS: dict[str, OpDef] = {row.name: row for row in _ROWS}
 

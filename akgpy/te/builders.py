@@ -654,21 +654,51 @@ def matmul(lw, op, ins, out):
     return lw.compute(out.shape, epilogue, suffix="_epilogue")
 
 
+# A depthwise filter of up to this many taps is written out as one sum per output (no reduce
+# axis): the nest is then elementwise over NHWC, its vector loop along the channels, and its
+# epilogue runs in the same loop. A 7x7 filter is 49 taps.
+MAX_UNROLLED_TAPS = 49
+
+
 def conv2d(lw, op, ins, out):
     x, w = ins
     _real_only(op, ins)
     sh, sw = tuple(op.attrs.get("stride", (1, 1, 1, 1)))[-2:]
-    o, kh, kw, c = w.desc.shape
+    o, kh, kw, cg = w.desc.shape
+    og = o // (x.desc.shape[-1] // cg)  # output channels per group
     acc = "float32" if out.dtype in ("float16", "float32") else compute_dtype(out.dtype)
+    if cg == 1 and kh * kw <= MAX_UNROLLED_TAPS:
+        return _depthwise(lw, x, w, out, (sh, sw), og, acc)
     xt = _widened(lw, x, acc, "_widenX")
-    wp = lw.compute((kh, kw, c, o), lambda i, j, cc, oo: w.tensor(oo, i, j, cc), role="pack", suffix="_packW")
-    rh, rw, rc = te.reduce_axis((0, kh), name="rh"), te.reduce_axis((0, kw), name="rw"), te.reduce_axis((0, c), name="rc")
+    wp = lw.compute((kh, kw, cg, o), lambda i, j, cc, oo: w.tensor(oo, i, j, cc), role="pack", suffix="_packW")
+    rh, rw, rc = te.reduce_axis((0, kh), name="rh"), te.reduce_axis((0, kw), name="rw"), te.reduce_axis((0, cg), name="rc")
+    # group oo // og reads input channels [group * cg, group * cg + cg)
+    chan = (lambda oo: rc) if og == o else (lambda oo: (oo // og) * cg + rc)
     conv = lw.compute(out.shape, lambda n, h, ww, oo: te.sum(
-        xt(n, h * sh + rh, ww * sw + rw, rc).astype(acc) * wp(rh, rw, rc, oo).astype(acc), axis=[rh, rw, rc]),
+        xt(n, h * sh + rh, ww * sw + rw, chan(oo)).astype(acc) * wp(rh, rw, rc, oo).astype(acc), axis=[rh, rw, rc]),
         role="contract")
     if acc == out.dtype:
         return conv
     return lw.compute(out.shape, lambda *i: conv(*i).astype(out.dtype), suffix="_cast")
+
+
+def _depthwise(lw, x: Operand, w: Operand, out: Tensor, stride, og: int, acc: str):
+    """One input channel per group (og outputs each): out[n, h, w, o] = sum over the taps of
+    x[n, h * sh + i, w * sw + j, o // og] * w[o, i, j, 0], the taps in row-major order. The
+    filter is re-laid out as [kh, kw, O] once, so each tap reads a vector of channels."""
+    sh, sw = stride
+    _, kh, kw, _ = w.desc.shape
+    wp = lw.compute((kh, kw, out.shape[-1]), lambda i, j, oo: w.tensor(oo, i, j, 0), role="pack", suffix="_packW")
+
+    def f(n, h, ww, oo):
+        c = oo if og == 1 else oo // og
+        total = None
+        for i in range(kh):
+            for j in range(kw):
+                t = x.tensor(n, h * sh + i, ww * sw + j, c).astype(acc) * wp(i, j, oo).astype(acc)
+                total = t if total is None else total + t
+        return _to(total, out.dtype)
+    return lw.compute(out.shape, f)
 
 
 def complex_(lw, op, ins, out):
@@ -772,6 +802,70 @@ def gather_elements(lw, op, ins, out):
     return lw.compute(out.shape, f)
 
 
+def pool2d(lw, op, ins, out):
+    """Max or average over windows of the last two dims. Padding never enters a max: an index
+    that can fall outside the input is clamped to the nearest row or column, which lies in the
+    same window (pads are smaller than the kernel, and no window starts in the tail padding),
+    and max ignores a repeat. The max is a reduction over the window (targets/nan_extrema.py
+    makes it keep NaN: written out, its NaN selects nested one level per tap and LLVM's code
+    generator took a minute on nine). An average is the window's taps written out, a tap that
+    can leave the input read through if_then_else (0 outside), divided by its window's count,
+    an expression of the output index."""
+    x = ins[0]
+    _real_only(op, ins)
+    a = op.attrs
+    (kh, kw), (sh, sw) = a["kernel"], a.get("stride", [1, 1])
+    head, tail = a.get("pad_head", [0, 0]), a.get("pad_tail", [0, 0])
+    h, wd = x.desc.shape[-2:]
+    oh, ow = out.shape[-2:]
+    cd = compute_dtype(out.dtype)
+    include = bool(a.get("count_include_pad", False))
+    dims = ((kh, sh, head[0], tail[0], h, oh), (kw, sw, head[1], tail[1], wd, ow))
+
+    def starts(pos):
+        return [p * s - ph for p, (_, s, ph, _, _, _) in zip(pos, dims)]
+
+    def tap(start, t, dim):
+        """(index, conditions for it to lie inside x) of tap t of a window starting at start."""
+        _, s, ph, _, size, od = dim
+        low, high = t < ph, (od - 1) * s - ph + t >= size  # can the tap leave x (statically)?
+        v = start + t
+        inside = [v >= 0] * bool(low) + [v < size] * bool(high)
+        return (tirx.max(tirx.min(v, size - 1), 0) if inside else v), inside
+
+    if a["pool_type"] == "max":
+        rh, rw = te.reduce_axis((0, kh), name="rh"), te.reduce_axis((0, kw), name="rw")
+
+        def fmax(*i):
+            st = starts(i[-2:])
+            # a reduce variable is no constant: clamp wherever some tap can leave x
+            idx = [tirx.max(tirx.min(v + r, size - 1), 0) if ph or (od - 1) * s - ph + k > size else v + r
+                   for v, r, (k, s, ph, _, size, od) in zip(st, (rh, rw), dims)]
+            return te.max(x.tensor(*i[:-2], *idx).astype(cd), axis=[rh, rw])
+        red = lw.compute(out.shape, fmax, role="reduce")
+        if cd == out.dtype:
+            return red
+        return lw.compute(out.shape, lambda *i: red(*i).astype(out.dtype), suffix="_cast")
+
+    def favg(*i):
+        lead, st = i[:-2], starts(i[-2:])
+        total = None
+        for ti in range(kh):
+            for tj in range(kw):
+                (vh, ih), (vw, iw) = tap(st[0], ti, dims[0]), tap(st[1], tj, dims[1])
+                t = x.tensor(*lead, vh, vw).astype(cd)
+                if ih or iw:
+                    t = tirx.if_then_else(tirx.all(*ih, *iw), t, tirx.const(0, cd))
+                total = t if total is None else total + t
+        count = None
+        for start, (k, _, ph, pt, size, _) in zip(st, dims):
+            lo, hi = (-ph, size + pt) if include else (0, size)
+            n = tirx.min(start + k, hi) - tirx.max(start, lo)
+            count = n if count is None else count * n
+        return _to(total / count.astype(cd), out.dtype)
+    return lw.compute(out.shape, favg)
+
+
 E = elementwise
 TERMS = ("term", "term")
 BUILDERS: dict[str, Callable] = {
@@ -791,6 +885,7 @@ BUILDERS: dict[str, Callable] = {
     "Reshape": reshape, "Transpose": transpose, "PadAkg": pad, "UnPadAkg": unpad,
     "ReduceSum": _reduce("sum"), "ReduceMax": _reduce("max"),
     "MatMul": matmul, "Conv2D": conv2d, "Custom": custom,
+    "Pool2D": pool2d,
     "Concat": concat, "StridedSlice": strided_slice, "Gather": gather, "GatherElements": gather_elements,
     "InplaceAssign": None, "Assign": None,  # handled by the Lowerer: they rebind buffers
 }

@@ -3,7 +3,9 @@
 Hugging Face BERT, GPT-2, ViT and T5 encoders are built from small configs with random
 weights (nothing is downloaded); the ResNet- and MobileNetV2-style CNNs are written here
 (strided, grouped and depthwise convolution, max/average/global pooling, ReLU6, residual
-downsampling). `export(model, inputs, exporter)` runs torch's TorchScript exporter at opset 17
+downsampling). BERT and ViT use transformers' default attention (sdpa: its exports guard
+the softmax with IsNaN), GPT-2 and T5 the eager one (GPT-2's causal mask as a Where with a large
+negative constant). `export(model, inputs, exporter)` runs torch's TorchScript exporter at opset 17
 or its dynamo exporter at opset 18. torch and transformers are imported inside the functions,
 so importing this module costs nothing. Tests (tests/test_onnx_models.py) and bench/ use it.
 """
@@ -44,28 +46,29 @@ def _seeded(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def bert(hidden: int = 64, layers: int = 2, heads: int = 2, vocab: int = 128):
+def bert(hidden: int = 64, layers: int = 2, heads: int = 2, vocab: int = 128, attention: str = "sdpa"):
     tf = _transformers()
     BertConfig, BertModel = tf.BertConfig, tf.BertModel
     cfg = BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                     intermediate_size=4 * hidden, max_position_embeddings=64, attn_implementation="eager")
+                     intermediate_size=4 * hidden, max_position_embeddings=64, attn_implementation=attention)
     return BertModel(cfg, add_pooling_layer=False)
 
 
-def gpt2(hidden: int = 64, layers: int = 2, heads: int = 2, vocab: int = 128):
+def gpt2(hidden: int = 64, layers: int = 2, heads: int = 2, vocab: int = 128, attention: str = "eager"):
     tf = _transformers()
     GPT2Config, GPT2Model = tf.GPT2Config, tf.GPT2Model
     cfg = GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=64,
-                     attn_implementation="eager", use_cache=False)
+                     attn_implementation=attention, use_cache=False)
     return GPT2Model(cfg)
 
 
-def vit(hidden: int = 64, layers: int = 2, heads: int = 2, image: int = 32, patch: int = 8):
+def vit(hidden: int = 64, layers: int = 2, heads: int = 2, image: int = 32, patch: int = 8,
+        attention: str = "sdpa"):
     tf = _transformers()
     ViTConfig, ViTModel = tf.ViTConfig, tf.ViTModel
     cfg = ViTConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                     intermediate_size=4 * hidden, image_size=image, patch_size=patch, num_channels=3,
-                    attn_implementation="eager")
+                    attn_implementation=attention)
     return ViTModel(cfg, add_pooling_layer=False)
 
 

@@ -147,3 +147,23 @@ def test_gather_nd_and_logical_errors_name_the_node():
                       [helper.make_tensor_value_info("y", TP.FLOAT, None)])
     with pytest.raises(ShapeError, match="Not takes bool tensors.*ONNX Not node 'neg'"):
         akgpy.from_onnx(not_bool)
+
+
+@pytest.mark.parametrize("schedule", ["poly", "plain"])
+def test_isnan_matches_onnxruntime(schedule):
+    """IsNaN (sdpa attention exports) is not(x == x): NaN, +-inf, -0 and finite values."""
+    from onnx import TensorProto as TP, helper
+    model = _model([helper.make_node("IsNaN", ["x"], ["n"]), helper.make_node("Where", ["n", "z", "x"], ["y"])],
+                   [helper.make_tensor_value_info("x", TP.FLOAT, [4, 33]),
+                    helper.make_tensor_value_info("z", TP.FLOAT, [1])],
+                   [helper.make_tensor_value_info("n", TP.BOOL, None), helper.make_tensor_value_info("y", TP.FLOAT, None)])
+    x = np.random.default_rng(2).standard_normal((4, 33)).astype(np.float32)
+    x.flat[::5] = np.nan
+    x.flat[1::7], x.flat[2::11], x.flat[3::13] = np.inf, -np.inf, -0.0
+    g = akgpy.from_onnx(model)
+    prog = akgpy.fuse(g, schedule=schedule)
+    got = prog(x, np.zeros(1, np.float32))
+    want = run_ort(model, {"x": x, "z": np.zeros(1, np.float32)})
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    assert got[0].sum() == np.isnan(x).sum() > 0

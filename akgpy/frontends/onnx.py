@@ -29,7 +29,7 @@ from ..ops.registry import broadcast_shapes, pool_extent, slice_shape
 FOLDABLE = {"Shape", "Size", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Cast", "Add", "Sub",
             "Mul", "Div", "Equal", "Where", "Range", "ConstantOfShape", "Expand", "Transpose", "Identity", "Neg",
             "Sqrt", "Pow", "ReduceProd", "Max", "Min", "Less", "Greater", "Not", "Floor", "Ceil", "Abs", "Tile",
-            "And", "Or", "Xor", "Log", "GreaterOrEqual", "LessOrEqual"}
+            "And", "Or", "Xor", "Log", "GreaterOrEqual", "LessOrEqual", "IsNaN"}
 
 
 def from_onnx(model: Any, shapes: Mapping[str, Sequence[int]] | None = None, *, name: str | None = None) -> Graph:
@@ -799,6 +799,16 @@ def _logical(kind: str):
     return h
 
 
+def _isnan(im: _Importer, node):
+    """IsNaN as not(x == x): the only value unequal to itself is NaN (the TE builders fence an
+    Equal whose operands repeat, so TVM's x == x -> true fold cannot remove it). The sdpa
+    attention exports guard their softmax with it."""
+    x = im.val(node.input[0])
+    if not x.dtype.startswith(("float", "bfloat")):
+        raise ShapeError(f"IsNaN takes a floating-point tensor, got {x.dtype}", tensor=node.input[0])
+    b = im.b
+    return [_select(b, b._binary("Equal", x, x, "bool"), False, True, node.output[0])]
+
 def _select(b: GraphBuilder, c: Value, x: Any, y: Any, name: str) -> Value:
     """Select(c, x, y) with numpy broadcasting; x and y are values or bool scalars."""
     x, y = (v if isinstance(v, Value) else b._const(bool(v), "bool") for v in (x, y))
@@ -902,8 +912,8 @@ HANDLERS: dict[str, Callable] = {
     "Flatten": _flatten, "Concat": _concat, "Slice": _slice, "Gather": _gather, "Cast": _cast,
     "Split": _split, "GatherElements": _gather_elements,
     "Where": _where, "Expand": _expand, "Identity": _identity, "Dropout": _dropout,
-    "And": _logical("and"), "Or": _logical("or"), "Xor": _logical("xor"), "Not": _logical("not"),
-    "GatherND": _gather_nd,
-}
     "MaxPool": _pool("max"), "AveragePool": _pool("avg"), "GlobalAveragePool": _global_pool("avg"),
     "GlobalMaxPool": _global_pool("max"), "Clip": _clip,
+    "And": _logical("and"), "Or": _logical("or"), "Xor": _logical("xor"), "Not": _logical("not"),
+    "GatherND": _gather_nd, "IsNaN": _isnan,
+}

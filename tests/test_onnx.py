@@ -140,9 +140,9 @@ def test_unsupported_op_names_op_and_node():
 
 def test_unsupported_attribute_names_the_node():
     w = numpy_helper.from_array(np.ones((4, 1, 3, 3), np.float32), "w")
-    node = helper.make_node("Conv", ["x", "w"], ["y"], name="dw", group=4)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="dw", group=4, dilations=[2, 2])
     model = _model([node], [_vi("x", [1, 4, 8, 8])], [_vi("y", None)], [w])
-    with pytest.raises(UnsupportedOpError, match="grouped Conv") as e:
+    with pytest.raises(UnsupportedOpError, match="dilated Conv") as e:
         akgpy.from_onnx(model)
     assert "'dw'" in str(e.value)
 

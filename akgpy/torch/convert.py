@@ -384,6 +384,27 @@ def _batch_norm_eval(b, out, x, weight, bias, mean, var, momentum, eps):
     return y, empty, empty
 
 
+def _batch_norm_train(b, out, x, weight, bias, running_mean, running_var, training, momentum, eps):
+    # batch statistics (training=True only: support.py); outputs as torch's: y, mean, rstd, and
+    # the running statistics updated with the unbiased variance
+    rank = len(x.shape)
+    axes = [0, *range(2, rank)]
+    n = math.prod(x.shape[a] for a in axes)
+    mean = b.mul(b.reduce_sum(x, axes, keepdims=True), 1.0 / n)
+    d = b.sub(x, mean)
+    var = b.mul(b.reduce_sum(b.mul(d, d), axes, keepdims=False), 1.0 / n)
+    rstd = b.rsqrt(b.add(var, float(eps)))
+    y = b.mul(d, _channel(b, rstd, rank))
+    if weight is not None:
+        y = b.mul(y, _channel(b, weight, rank))
+    if bias is not None:
+        y = b.add(y, _channel(b, bias, rank))
+    mean = b.reshape(mean, [x.shape[1]])
+    new_mean = b.add(b.mul(running_mean, 1.0 - momentum), b.mul(mean, float(momentum)))
+    new_var = b.add(b.mul(running_var, 1.0 - momentum), b.mul(var, momentum * n / max(n - 1, 1)))
+    return y, mean, rstd, new_mean, new_var
+
+
 # A 1x1 convolution is a GEMM on NCHW data with the weight repeated per image (frontends/onnx.py's
 # rule and bound: above this many images the NHWC path bounds that copy).
 MAX_GEMM_BATCH = 8
@@ -491,7 +512,8 @@ CONVERTERS: dict[Any, Callable] = {
     aten.bitwise_or.Tensor: _bool_binary(GraphBuilder.maximum), aten.logical_or.default: _bool_binary(GraphBuilder.maximum),
     aten.embedding.default: _embedding, aten.index_select.default: _index_select, aten.gather.default: _gather,
     aten.index.Tensor: _index, aten.split_with_sizes.default: _split_with_sizes, aten.split.Tensor: _split,
-    aten._native_batch_norm_legit_no_training.default: _batch_norm_eval, aten.convolution.default: _convolution,
+    aten._native_batch_norm_legit_no_training.default: _batch_norm_eval,
+    aten._native_batch_norm_legit_functional.default: _batch_norm_train, aten.convolution.default: _convolution,
     aten.max_pool2d_with_indices.default: _max_pool2d, aten.avg_pool2d.default: _avg_pool2d,
     aten._adaptive_avg_pool2d.default: _adaptive_avg_pool2d, aten.hardtanh.default: _clamp,
 }

@@ -98,13 +98,18 @@ def _avg_pool_reason(node: torch.fx.Node) -> str | None:
     return None
 
 
+def _train_bn_reason(node: torch.fx.Node) -> str | None:
+    return None if node.args[5] else "functional batch norm with training=False"
+
+
 # per-op conditions beyond converter, dtype and device
 aten = torch.ops.aten
 _CHECKS = {aten.bitwise_not.default: _bool_only, aten.bitwise_and.Tensor: _bool_only,
            aten.bitwise_or.Tensor: _bool_only, aten.logical_and.default: _bool_only,
            aten.logical_or.default: _bool_only, aten.index.Tensor: _one_index,
            aten.convolution.default: _conv_reason, aten.max_pool2d_with_indices.default: _pool_reason,
-           aten.avg_pool2d.default: _avg_pool_reason}
+           aten.avg_pool2d.default: _avg_pool_reason,
+           aten._native_batch_norm_legit_functional.default: _train_bn_reason}
 
 
 class AkgpySupport(OperatorSupportBase):

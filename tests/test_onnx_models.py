@@ -156,7 +156,8 @@ def test_isnan_matches_onnxruntime(schedule):
     model = _model([helper.make_node("IsNaN", ["x"], ["n"]), helper.make_node("Where", ["n", "z", "x"], ["y"])],
                    [helper.make_tensor_value_info("x", TP.FLOAT, [4, 33]),
                     helper.make_tensor_value_info("z", TP.FLOAT, [1])],
-                   [helper.make_tensor_value_info("n", TP.BOOL, None), helper.make_tensor_value_info("y", TP.FLOAT, None)])
+                   [helper.make_tensor_value_info("n", TP.BOOL, None),
+                    helper.make_tensor_value_info("y", TP.FLOAT, None)])
     x = np.random.default_rng(2).standard_normal((4, 33)).astype(np.float32)
     x.flat[::5] = np.nan
     x.flat[1::7], x.flat[2::11], x.flat[3::13] = np.inf, -np.inf, -0.0

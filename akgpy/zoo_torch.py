@@ -46,18 +46,20 @@ def _seeded(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def bert(hidden: int = 64, layers: int = 2, heads: int = 2, vocab: int = 128, attention: str = "sdpa"):
+def bert(hidden: int = 64, layers: int = 2, heads: int = 2, vocab: int = 128, attention: str = "sdpa",
+         positions: int = 64):
     tf = _transformers()
     BertConfig, BertModel = tf.BertConfig, tf.BertModel
     cfg = BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                     intermediate_size=4 * hidden, max_position_embeddings=64, attn_implementation=attention)
+                     intermediate_size=4 * hidden, max_position_embeddings=positions, attn_implementation=attention)
     return BertModel(cfg, add_pooling_layer=False)
 
 
-def gpt2(hidden: int = 64, layers: int = 2, heads: int = 2, vocab: int = 128, attention: str = "eager"):
+def gpt2(hidden: int = 64, layers: int = 2, heads: int = 2, vocab: int = 128, attention: str = "eager",
+         positions: int = 64):
     tf = _transformers()
     GPT2Config, GPT2Model = tf.GPT2Config, tf.GPT2Model
-    cfg = GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=64,
+    cfg = GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=positions,
                      attn_implementation=attention, use_cache=False)
     return GPT2Model(cfg)
 
@@ -184,12 +186,16 @@ FAMILIES.update({
 })
 
 
-def build(family: str, seed: int = 0):
-    """The family's torch module in eval mode, weights seeded."""
+def build(family: str, seed: int = 0, **config):
+    """The family's torch module (its builder called with `config`) in eval mode, weights seeded."""
     if family not in FAMILIES:
         raise UnsupportedOpError(f"unknown model family {family!r}; known: {', '.join(FAMILIES)}")
+    return _prepared(FAMILIES[family][0], config, seed)
+
+
+def _prepared(builder: Callable[..., Any], config: dict, seed: int):
     _seeded(seed)
-    m = FAMILIES[family][0]()
+    m = builder(**config)
     for p in m.parameters():  # BatchNorm's running stats stay 0/1 otherwise: randomise them too
         p.requires_grad_(False)
     for mod in m.modules():
@@ -247,3 +253,102 @@ def exported(family: str, exporter: str, batch: int, size: int, seed: int = 0,
     """(ONNX bytes, example inputs) for one family, exporter and input shape."""
     ex = inputs(family, batch, size)
     return export(build(family, seed), ex, exporter, dynamic), ex
+
+
+# The bench's fixed sizes (bench/bench_models.py, bench/bench_torch.py): name -> (builder, its
+# config, example inputs). The transformer entries are the base/small configs with one layer.
+def resnet50(classes: int = 1000):
+    """ResNet-50's architecture (bottleneck blocks [3, 4, 6, 3], widths 64-512, expansion 4), written
+    here: the registry's torchvision does not load with the CPU torch 2.13."""
+    import torch.nn as nn
+
+    class Bottleneck(nn.Module):
+        def __init__(self, cin: int, width: int, stride: int):
+            super().__init__()
+            cout = 4 * width
+            self.body = nn.Sequential(
+                nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
+            self.down = None if stride == 1 and cin == cout else nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+            self.relu = nn.ReLU()
+
+        def forward(self, x):
+            return self.relu(self.body(x) + (x if self.down is None else self.down(x)))
+
+    layers, cin = [], 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for k in range(blocks):
+            layers.append(Bottleneck(cin, width, stride if k == 0 else 1))
+            cin = 4 * width
+
+    class ResNet50(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                                      nn.MaxPool2d(3, 2, 1))
+            self.layers = nn.Sequential(*layers)
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.fc = nn.Linear(cin, classes)
+
+        def forward(self, pixel_values):
+            return self.fc(self.pool(self.layers(self.stem(pixel_values))).flatten(1))
+    return ResNet50()
+
+
+def mobilenet_v2_full(classes: int = 1000):
+    """MobileNetV2's architecture (width 1.0: the inverted-residual table t, c, n, s of the paper)."""
+    import torch.nn as nn
+
+    def cbr(cin, cout, k, s, groups=1):
+        return [nn.Conv2d(cin, cout, k, s, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout), nn.ReLU6()]
+
+    class Inverted(nn.Module):
+        def __init__(self, cin, cout, stride, t):
+            super().__init__()
+            mid = cin * t
+            body = (cbr(cin, mid, 1, 1) if t != 1 else []) + cbr(mid, mid, 3, stride, groups=mid)
+            self.body = nn.Sequential(*body, nn.Conv2d(mid, cout, 1, bias=False), nn.BatchNorm2d(cout))
+            self.residual = stride == 1 and cin == cout
+
+        def forward(self, x):
+            y = self.body(x)
+            return x + y if self.residual else y
+
+    feats, cin = cbr(3, 32, 3, 2), 32
+    for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                       (6, 320, 1, 1)):
+        for k in range(n):
+            feats.append(Inverted(cin, c, s if k == 0 else 1, t))
+            cin = c
+    feats += cbr(cin, 1280, 1, 1)
+
+    class MobileNetV2(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.features = nn.Sequential(*feats)
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.fc = nn.Linear(1280, classes)
+
+        def forward(self, pixel_values):
+            return self.fc(self.pool(self.features(pixel_values)).flatten(1))
+    return MobileNetV2()
+
+
+BENCH: dict[str, tuple[Callable[..., Any], dict, Callable[[], dict[str, np.ndarray]]]] = {
+    "bert_base_layer": (bert, dict(hidden=768, layers=1, heads=12, vocab=30522, positions=512),
+                        lambda: _tokens(1, 128, vocab=30522)),
+    "gpt2_small_layer": (gpt2, dict(hidden=768, layers=1, heads=12, vocab=50257, positions=1024),
+                         lambda: _tokens(1, 128, vocab=50257)),
+    "resnet50": (resnet50, {}, lambda: _image(1, 224)),
+    "mobilenet_v2": (mobilenet_v2_full, {}, lambda: _image(1, 224)),
+}
+
+
+def bench_model(name: str, seed: int = 0):
+    """(eval module, example inputs) of one BENCH entry."""
+    if name not in BENCH:
+        raise UnsupportedOpError(f"unknown bench model {name!r}; known: {', '.join(BENCH)}")
+    builder, config, example = BENCH[name]
+    return _prepared(builder, config, seed), example()

@@ -176,6 +176,7 @@ def compile_model(graph: Graph, target=None, *, schedule: str = "poly", config=N
     ~4 ms, so "generated" is the default. fuse=False compiles one kernel per op (the unfused
     baseline)."""
     from .fusion import Limits, partition
+    from .graph.layout import sink_transposes
     from .runtime.library import fallback, library_contraction, supports_library
     from .runtime.model import ModelProgram, Step
     from .runtime.picture import to_dot
@@ -184,6 +185,9 @@ def compile_model(graph: Graph, target=None, *, schedule: str = "poly", config=N
     if contraction not in ("generated", "library"):
         raise CompileError(f"unknown contraction policy {contraction!r}; available: 'generated', 'library'")
     target = resolve_target(target)  # once, and refused here too: a model of library steps builds no kernel
+    # NCHW models reach akgpy's NHWC convolutions through Transposes; moved and cancelled here,
+    # once for every frontend (ONNX, torch.compile), a conv chain runs NHWC throughout
+    graph = sink_transposes(graph)
     library = set()
     if contraction == "library":
         library = {i for i, op in enumerate(graph.ops)

@@ -121,12 +121,18 @@ def _conv2d(op, args, ins, out):
 
 def _pool2d(op, args, ins, out):
     """Windows over the last two dims of x padded to cover every window; a 0/1 mask padded the
-    same way counts the terms each average divides by."""
+    same way counts the terms each average divides by. NHWC data: the same on an NCHW view."""
     x = args[0]
     a = op.attrs
+    if a.get("data_format", "NCHW") == "NHWC":
+        return _pool2d_nchw(a, x.transpose(0, 3, 1, 2), (out.shape[1], out.shape[2])).transpose(0, 2, 3, 1)
+    return _pool2d_nchw(a, x, out.shape[-2:])
+
+
+def _pool2d_nchw(a, x, out_hw):
     (kh, kw), (sh, sw) = a["kernel"], a.get("stride", [1, 1])
     head, tail = a.get("pad_head", [0, 0]), a.get("pad_tail", [0, 0])
-    oh, ow = out.shape[-2:]
+    oh, ow = out_hw
     h, w = x.shape[-2:]
     # rows past the declared tail padding that ceil_mode's last window covers
     extra = [max((od - 1) * s + k - (size + ph + pt), 0)

@@ -485,7 +485,7 @@ def _conv(im: _Importer, node):
         pads = [lo[0], lo[1], ph - lo[0], pw - lo[1]]
     elif auto == "VALID":
         pads = [0, 0, 0, 0]
-    if kh == kw == 1 and sh == sw == 1 and not any(pads) and n <= MAX_GEMM_BATCH and group == 1:
+    if kh == kw == 1 and sh == sw == 1 and not any(pads) and group == 1:
         y = _conv1x1(im, x, wc, n, c, h, wd, o)
     else:
         y = _conv_nhwc(im, x, wc, node, pads, sh, sw, group)
@@ -497,19 +497,14 @@ def _conv(im: _Importer, node):
     return [y]
 
 
-# A 1x1 convolution is a GEMM on NCHW data: W[o, c] @ x[n][c, h*w]. It needs no layout change,
-# and its epilogue (per-channel scale, residual) stays contiguous. The weight is repeated per
-# image (batched MatMul operands have equal batch dims); above this many images the NHWC path
-# is used instead, to bound that copy.
-MAX_GEMM_BATCH = 8
-
-
+# A 1x1 convolution is a GEMM on NHWC data: x[n*h*w, c] @ W[c, o], between the same Transposes as
+# the other convolutions, so graph/layout.py cancels them along a conv chain (no layout copy
+# between a 1x1 and a 3x3 conv).
 def _conv1x1(im: _Importer, x: Value, wc: np.ndarray, n: int, c: int, h: int, wd: int, o: int) -> Value:
     b = im.b
-    wm = np.ascontiguousarray(np.broadcast_to(wc.reshape(o, c), (n, o, c)))
-    w = b.weight(_safe(im.node.input[1]) + "_gemm", wm)
-    y = b.matmul(w, b.reshape(x, [n, c, h * wd]))
-    return b.reshape(y, [n, o, h, wd])
+    w = b.weight(_safe(im.node.input[1]) + "_ci_co", np.ascontiguousarray(wc.reshape(o, c).T))
+    rows = b.reshape(b.transpose(x, [0, 2, 3, 1]), [n * h * wd, c])
+    return b.transpose(b.reshape(b.matmul(rows, w), [n, h, wd, o]), [0, 3, 1, 2])
 
 
 def _conv_nhwc(im: _Importer, x: Value, wc: np.ndarray, node, pads, sh: int, sw: int, group: int = 1) -> Value:

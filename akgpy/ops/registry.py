@@ -350,6 +350,8 @@ def conv_groups(op) -> int:
 
 
 POOL_TYPES = ("max", "avg")
+# "NCHW": the last two dims are pooled; "NHWC": dims 1 and 2 of rank-4 data (graph/layout.py)
+POOL_FORMATS = ("NCHW", "NHWC")
 
 
 def pool_extent(size: int, k: int, s: int, head: int, tail: int, ceil_mode: bool) -> int:
@@ -391,6 +393,16 @@ def pool2d(op, ins, outs):
         raise ShapeError(f"an average Pool2D needs float data, got {x.dtype}", tensor=x.name)
     if x.dtype == "bool" or x.dtype.startswith("complex"):
         raise ShapeError(f"Pool2D of {x.dtype} data is not supported", tensor=x.name)
+    fmt = op.attr("data_format", "NCHW")
+    if fmt not in POOL_FORMATS:
+        raise AttrError(f"data_format {fmt!r:.40} is not one of {list(POOL_FORMATS)}")
+    if fmt == "NHWC":
+        if len(x.shape) != 4:
+            raise ShapeError(f"an NHWC Pool2D pools dims 1 and 2 of [N, H, W, C] data, got {list(x.shape)}",
+                             tensor=x.name)
+        oh, ow = pool_dims(op, *x.shape[1:3])
+        _expect(outs[0], (x.shape[0], oh, ow, x.shape[3]), x.dtype)
+        return
     oh, ow = pool_dims(op, *x.shape[-2:])
     _expect(outs[0], (*x.shape[:-2], oh, ow), x.dtype)
 
@@ -533,7 +545,7 @@ _ROWS = [
     OpDef("Gather", L, gather, (2, 2), ("axis",)),
     OpDef("GatherElements", L, gather_elements, (2, 2), ("axis",)),
     OpDef("Pool2D", L, pool2d, (1, 1), ("pool_type", "kernel", "stride", "pad_head", "pad_tail", "ceil_mode",
-                                        "count_include_pad")),
+                                        "count_include_pad", "data_format")),
 ]
 OPS: dict[str, OpDef] = {row.name: row for row in _ROWS}
 

@@ -816,9 +816,20 @@ def pool2d(lw, op, ins, out):
     a = op.attrs
     (kh, kw), (sh, sw) = a["kernel"], a.get("stride", [1, 1])
     head, tail = a.get("pad_head", [0, 0]), a.get("pad_tail", [0, 0])
-    h, wd = x.desc.shape[-2:]
-    oh, ow = out.shape[-2:]
+    hd, wdim = (1, 2) if a.get("data_format", "NCHW") == "NHWC" else (len(out.shape) - 2, len(out.shape) - 1)
+    h, wd = x.desc.shape[hd], x.desc.shape[wdim]
+    oh, ow = out.shape[hd], out.shape[wdim]
     cd = compute_dtype(out.dtype)
+
+    def spatial(i):
+        return i[hd], i[wdim]
+
+    def at(i, vh, vw):
+        """The index i with its spatial dims replaced."""
+        j = list(i)
+        j[hd], j[wdim] = vh, vw
+        return j
+
     include = bool(a.get("count_include_pad", False))
     dims = ((kh, sh, head[0], tail[0], h, oh), (kw, sw, head[1], tail[1], wd, ow))
 
@@ -837,23 +848,23 @@ def pool2d(lw, op, ins, out):
         rh, rw = te.reduce_axis((0, kh), name="rh"), te.reduce_axis((0, kw), name="rw")
 
         def fmax(*i):
-            st = starts(i[-2:])
+            st = starts(spatial(i))
             # a reduce variable is no constant: clamp wherever some tap can leave x
             idx = [tirx.max(tirx.min(v + r, size - 1), 0) if ph or (od - 1) * s - ph + k > size else v + r
                    for v, r, (k, s, ph, _, size, od) in zip(st, (rh, rw), dims)]
-            return te.max(x.tensor(*i[:-2], *idx).astype(cd), axis=[rh, rw])
+            return te.max(x.tensor(*at(i, *idx)).astype(cd), axis=[rh, rw])
         red = lw.compute(out.shape, fmax, role="reduce")
         if cd == out.dtype:
             return red
         return lw.compute(out.shape, lambda *i: red(*i).astype(out.dtype), suffix="_cast")
 
     def favg(*i):
-        lead, st = i[:-2], starts(i[-2:])
+        st = starts(spatial(i))
         total = None
         for ti in range(kh):
             for tj in range(kw):
                 (vh, ih), (vw, iw) = tap(st[0], ti, dims[0]), tap(st[1], tj, dims[1])
-                t = x.tensor(*lead, vh, vw).astype(cd)
+                t = x.tensor(*at(i, vh, vw)).astype(cd)
                 if ih or iw:
                     t = tirx.if_then_else(tirx.all(*ih, *iw), t, tirx.const(0, cd))
                 total = t if total is None else total + t

@@ -1,4 +1,4 @@
-"""Depthwise 3x3 conv and a MobileNetV2 inverted-residual block: akgpy against onnxruntime, both
+"""Depthwise 3x3 conv, a MobileNetV2 inverted-residual block and a ResNet-50 bottleneck: akgpy against onnxruntime, both
 on 2 threads, calls interleaved in one process, medians. Not a test: run by hand,
 `TVM_NUM_THREADS=2 python bench/bench_cnn_ops.py`."""
 from __future__ import annotations
@@ -78,10 +78,39 @@ def mobilenet_block(h=56, c=24, expand=6):
     with torch.no_grad():
         torch.onnx.export(model, (torch.from_numpy(x),), buf, dynamo=False, opset_version=17, input_names=["x"])
     proto = onnx.load_from_string(buf.getvalue())
-    prog = akgpy.fuse(akgpy.from_onnx(proto))
+    return compare(proto, x)
+
+
+def bottleneck(h=56, c=256, mid=64):
+    """ResNet-50's bottleneck at 56x56: 1x1 256->64, 3x3 64->64, 1x1 64->256, identity residual."""
+    import torch
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from test_cnn_ops import _randomise_bn
+    from test_layout_pass import Bottleneck
+    torch.manual_seed(0)
+    model = _randomise_bn(Bottleneck(c, mid))
+    x = np.random.default_rng(1).standard_normal((1, c, h, h)).astype(np.float32)
+    buf = io.BytesIO()
+    with torch.no_grad():
+        torch.onnx.export(model, (torch.from_numpy(x),), buf, dynamo=False, opset_version=17, input_names=["x"])
+    return compare(onnx.load_from_string(buf.getvalue()), x)
+
+
+def compare(proto, x):
+    """akgpy with and without graph/layout.py's transpose sinking, and onnxruntime, interleaved."""
+    from unittest import mock
+    g = akgpy.from_onnx(proto)
+    prog = akgpy.fuse(g)
+    with mock.patch("akgpy.graph.layout.sink_transposes", lambda graph: graph):
+        plain = akgpy.fuse(g)
     sess = ort_session(proto)
-    np.testing.assert_allclose(prog(x)[0], sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
-    return timed({"akgpy": lambda: prog(x), "onnxruntime": lambda: sess.run(None, {"x": x})}), prog
+    want = sess.run(None, {"x": x})[0]
+    for p in (prog, plain):
+        np.testing.assert_allclose(p(x)[0], want, rtol=1e-4, atol=1e-4)
+    t = timed({"akgpy": lambda: prog(x), "akgpy without layout pass": lambda: plain(x),
+               "onnxruntime": lambda: sess.run(None, {"x": x})})
+    print(prog.profile(x, repeat=5))
+    return t, prog
 
 
 if __name__ == "__main__":
@@ -91,6 +120,11 @@ if __name__ == "__main__":
         print(f"  {k:34s} {v * 1e3:8.3f} ms  {moved / v / 1e9:6.2f} GB/s (input + output)")
     t, prog = mobilenet_block()
     print(f"MobileNetV2 block 56x56x24, expand 6 (launches {prog.launches}):")
+    for k, v in t.items():
+        print(f"  {k:34s} {v * 1e3:8.3f} ms")
+    print(prog.report() if hasattr(prog, "report") else "")
+    t, prog = bottleneck()
+    print(f"ResNet-50 bottleneck 56x56, 256->64->256 (launches {prog.launches}):")
     for k, v in t.items():
         print(f"  {k:34s} {v * 1e3:8.3f} ms")
     print(prog.report() if hasattr(prog, "report") else "")

@@ -51,12 +51,14 @@ def test_bert_encoder_layer_matches_onnxruntime():
 def test_resnet_bottleneck_matches_onnxruntime():
     model, inputs = zoo.resnet_bottleneck(channels=64, width=16, size=14)
     g, prog = check_against_ort(model, inputs)
-    # the 3x3 conv runs as NHWC Conv2D, the 1x1 convs as GEMMs on NCHW data (no transposes)
+    # the 3x3 conv runs as NHWC Conv2D, the 1x1 convs as NHWC GEMMs; graph/layout.py leaves only
+    # the Transposes at the input and the output (prog.graph: the graph after that pass)
     assert sum(op.name == "Conv2D" for op in g.ops) == 1 and sum(op.name == "MatMul" for op in g.ops) == 2
+    assert sum(op.name == "Transpose" for op in prog.graph.ops) == 2
     kinds = [st.group.pattern for st in prog.steps]
     assert kinds.count("contraction") == 3  # BN + ReLU (+ residual) fused as conv epilogues
     convs = [st for st in prog.steps if st.group.pattern == "contraction"]
-    assert all(any(g.ops[i].name == "Maximum" for i in st.group.ops) for st in convs[:2])
+    assert all(any(prog.graph.ops[i].name == "Maximum" for i in st.group.ops) for st in convs[:2])
 
 
 def test_mlp_matches_onnxruntime():

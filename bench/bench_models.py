@@ -12,7 +12,6 @@ nodes of its optimised graph), the steady median on numpy's own arrays (not alig
 and the max error against onnxruntime's output (written by the onnxruntime child)."""
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -23,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.procs import geomean, median_ms, run_child  # noqa: E402
+from bench.procs import arguments, drive, fmt, geomean, median_ms  # noqa: E402
 
 EXECUTORS = ("ort", "akgpy")
 
@@ -85,55 +84,27 @@ def table(rows: list[dict], runs: int) -> str:
         if best_o and best_a:
             ratios.append(best_a / best_o)
         fo, fa = ex.get("ort", [{}])[0], ex.get("akgpy", [{}])[0]
-        lines.append(f"| {model} | {_f(best_o)} | {_f(best_a) if 'error' not in fa else 'error'} | "
+        lines.append(f"| {model} | {fmt(best_o)} | {fmt(best_a) if 'error' not in fa else 'error'} | "
                      f"{' / '.join(f'{x:.2f}' for x in per_run) or 'n/a'} | {fo.get('launches', 'n/a')} / "
-                     f"{fa.get('launches', 'n/a')} | {fa.get('fallbacks', 'n/a')} | {_f(fo.get('compile_s'), '{:.1f}')} / "
-                     f"{_f(fa.get('compile_s'), '{:.1f}')} | {_f(fa.get('max_err'), '{:.1e}')} |")
+                     f"{fa.get('launches', 'n/a')} | {fa.get('fallbacks', 'n/a')} | {fmt(fo.get('compile_s'), '{:.1f}')} / "
+                     f"{fmt(fa.get('compile_s'), '{:.1f}')} | {fmt(fa.get('max_err'), '{:.1e}')} |")
     lines.append(f"\ngeomean akgpy/ort: {geomean(ratios):.2f} over {len(ratios)} models; ms: best of {runs} runs, each "
                  "the median of its process's per-round medians")
     errors = [f"- {r['model']} {r['executor']}: {r['error']}" for r in rows if "error" in r]
     return "\n".join(lines + (["", "errors:"] + errors if errors else []))
 
 
-def _f(v, fmt="{:.2f}"):
-    return "n/a" if v is None else fmt.format(v)
-
-
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--child", nargs=2, metavar=("ONNX", "EXECUTOR"), help=argparse.SUPPRESS)
-    ap.add_argument("--models", default=None, help="comma-separated; default: every bench model")
+    ap = arguments(__doc__, ("ONNX", "EXECUTOR"), EXECUTORS)
     ap.add_argument("--exporter", default="torchscript", choices=("torchscript", "dynamo"))
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=10)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--runs", type=int, default=2, help="times the whole set runs (noise check)")
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--out", default=None, help="also write the table here")
     a = ap.parse_args(argv)
     if a.child:
         print(json.dumps(child(*a.child, a.threads, a.repeat, a.rounds)))
         return 0
     from akgpy import zoo_torch
     models = a.models.split(",") if a.models else list(zoo_torch.BENCH)
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="akgpy-models-") as d:
-        paths = {m: export(m, a.exporter, d) for m in models}
-        for run in range(a.runs):
-            for model in models:
-                for ex in EXECUTORS:  # onnxruntime first: its output is the reference
-                    r = run_child(__file__, [paths[model], ex, "--threads", str(a.threads), "--repeat", str(a.repeat),
-                                             "--rounds", str(a.rounds)], a.threads)
-                    r.update(model=model, executor=ex, run=run)
-                    rows.append(r)
-                    print(json.dumps(r), file=sys.stderr)
-    text = table(rows, a.runs)
-    print(text)
-    if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=1))
-    if a.out:
-        Path(a.out).write_text(text + "\n")
-    return 0
+    with tempfile.TemporaryDirectory(prefix="akgpy-models-") as d:  # onnxruntime first: its output is the reference
+        return drive(__file__, a, {m: export(m, a.exporter, d) for m in models}, table)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ OpenMP): the first call's time (cold compile included), the steady median, launc
 and the max error against eager."""
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.procs import geomean, median_ms, run_child  # noqa: E402
+from bench.procs import arguments, drive, fmt, geomean, median_ms  # noqa: E402
 
 EXECUTORS = ("eager", "inductor", "akgpy")
 
@@ -98,54 +97,26 @@ def table(rows: list[dict], runs: int) -> str:
         first = lambda k: ex.get(k, [{}])[0]  # noqa: E731
         err = first("akgpy").get("error")
         lines.append(
-            f"| {model} | {_f(e)} | {_f(i)} | {_f(a) if not err else 'error'} | {' / '.join(per_run) or 'n/a'} | "
-            f"{_f(a / e if a and e else None)} | {first('inductor').get('launches', 'n/a')} / "
-            f"{first('akgpy').get('launches', 'n/a')} | {_f(first('akgpy').get('akgpy_fraction'), '{:.0%}')} | "
-            f"{_f(first('inductor').get('first_call_s'), '{:.1f}')} / {_f(first('akgpy').get('first_call_s'), '{:.1f}')} | "
-            f"{_f(first('akgpy').get('max_err'), '{:.1e}')} |")
+            f"| {model} | {fmt(e)} | {fmt(i)} | {fmt(a) if not err else 'error'} | {' / '.join(per_run) or 'n/a'} | "
+            f"{fmt(a / e if a and e else None)} | {first('inductor').get('launches', 'n/a')} / "
+            f"{first('akgpy').get('launches', 'n/a')} | {fmt(first('akgpy').get('akgpy_fraction'), '{:.0%}')} | "
+            f"{fmt(first('inductor').get('first_call_s'), '{:.1f}')} / {fmt(first('akgpy').get('first_call_s'), '{:.1f}')} | "
+            f"{fmt(first('akgpy').get('max_err'), '{:.1e}')} |")
     lines.append(f"\ngeomean akgpy/inductor: {geomean(ratios):.2f} over {len(ratios)} models; ms: best of {runs} runs, "
                  "each the median of its process's per-round medians")
     errors = [f"- {r['model']} {r['executor']}: {r['error']}" for r in rows if "error" in r]
     return "\n".join(lines + (["", "errors:"] + errors if errors else []))
 
 
-def _f(v, fmt="{:.2f}"):
-    return "n/a" if v is None else fmt.format(v)
-
-
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--child", nargs=2, metavar=("MODEL", "EXECUTOR"), help=argparse.SUPPRESS)
-    ap.add_argument("--models", default=None, help="comma-separated; default: every bench model")
-    ap.add_argument("--executors", default=",".join(EXECUTORS))
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=10)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--runs", type=int, default=2, help="times the whole set runs (noise check)")
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--out", default=None, help="also write the table here")
+    ap = arguments(__doc__, ("MODEL", "EXECUTOR"), EXECUTORS)
     a = ap.parse_args(argv)
     if a.child:
         print(json.dumps(child(*a.child, a.threads, a.repeat, a.rounds)))
         return 0
     from akgpy import zoo_torch
     models = a.models.split(",") if a.models else list(zoo_torch.BENCH)
-    rows = []
-    for run in range(a.runs):
-        for model in models:
-            for ex in a.executors.split(","):
-                r = run_child(__file__, [model, ex, "--threads", str(a.threads), "--repeat", str(a.repeat),
-                                         "--rounds", str(a.rounds)], a.threads)
-                r.update(model=model, executor=ex, run=run)
-                rows.append(r)
-                print(json.dumps(r), file=sys.stderr)
-    text = table(rows, a.runs)
-    print(text)
-    if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=1))
-    if a.out:
-        Path(a.out).write_text(text + "\n")
-    return 0
+    return drive(__file__, a, {m: m for m in models}, table)
 
 
 if __name__ == "__main__":

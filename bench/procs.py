@@ -61,3 +61,44 @@ def median_ms(fn: Callable[[], object], repeat: int, rounds: int, warm: int = 5)
 def geomean(xs: list[float]) -> float:
     xs = [x for x in xs if x and x > 0]
     return float(statistics.geometric_mean(xs)) if xs else float("nan")
+
+
+def fmt(v, spec: str = "{:.2f}") -> str:
+    return "n/a" if v is None else spec.format(v)
+
+
+def arguments(doc: str, child_meta: tuple[str, str], executors: tuple[str, ...]):
+    """The options both benches take; `--child A B` is the internal one a child runs with."""
+    import argparse
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--child", nargs=2, metavar=child_meta, help=argparse.SUPPRESS)
+    ap.add_argument("--models", default=None, help="comma-separated; default: every zoo_torch.BENCH model")
+    ap.add_argument("--executors", default=",".join(executors))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=2, help="times the whole set runs (noise check)")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--out", default=None, help="also write the table here")
+    return ap
+
+
+def drive(script: str, a, targets: dict[str, str], table: Callable[[list[dict], int], str]) -> int:
+    """Every (model, executor) child, the whole set `a.runs` times, then the table; `targets`
+    maps a model to what its child is given (the model's name, or its exported file)."""
+    rows = []
+    for run in range(a.runs):
+        for model, target in targets.items():
+            for ex in a.executors.split(","):
+                r = run_child(script, [target, ex, "--threads", str(a.threads), "--repeat", str(a.repeat),
+                                       "--rounds", str(a.rounds)], a.threads)
+                r.update(model=model, executor=ex, run=run)
+                rows.append(r)
+                print(json.dumps(r), file=sys.stderr)
+    text = table(rows, a.runs)
+    print(text)
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+    if a.out:
+        Path(a.out).write_text(text + "\n")
+    return 0

@@ -485,43 +485,13 @@ def _conv(im: _Importer, node):
         pads = [lo[0], lo[1], ph - lo[0], pw - lo[1]]
     elif auto == "VALID":
         pads = [0, 0, 0, 0]
-    if kh == kw == 1 and sh == sw == 1 and not any(pads) and group == 1:
-        y = _conv1x1(im, x, wc, n, c, h, wd, o)
-    else:
-        y = _conv_nhwc(im, x, wc, node, pads, sh, sw, group)
+    y = b.conv2d_nchw(x, wc, stride=[sh, sw], pads=pads, groups=group, weight_name=_safe(node.input[1]))
     if len(node.input) > 2 and node.input[2]:
         bias = im.const(node.input[2], "Conv bias")
         if bias.shape != (o,):
             raise ShapeError(f"Conv bias {list(bias.shape)} is not [{o}]", tensor=node.input[2])
         y = b.add(y, b.weight(_safe(node.input[2]) + "_nchw", bias.reshape(1, o, 1, 1)))
     return [y]
-
-
-# A 1x1 convolution is a GEMM on NHWC data: x[n*h*w, c] @ W[c, o], between the same Transposes as
-# the other convolutions, so graph/layout.py cancels them along a conv chain (no layout copy
-# between a 1x1 and a 3x3 conv).
-def _conv1x1(im: _Importer, x: Value, wc: np.ndarray, n: int, c: int, h: int, wd: int, o: int) -> Value:
-    b = im.b
-    w = b.weight(_safe(im.node.input[1]) + "_ci_co", np.ascontiguousarray(wc.reshape(o, c).T))
-    rows = b.reshape(b.transpose(x, [0, 2, 3, 1]), [n * h * wd, c])
-    return b.transpose(b.reshape(b.matmul(rows, w), [n, h, wd, o]), [0, 3, 1, 2])
-
-
-def _conv_nhwc(im: _Importer, x: Value, wc: np.ndarray, node, pads, sh: int, sw: int, group: int = 1) -> Value:
-    b = im.b
-    n, c, h, wd = x.shape
-    o, _, kh, kw = wc.shape
-    xt = b.transpose(x, [0, 2, 3, 1])
-    if any(pads):
-        shape = [n, h + pads[0] + pads[2], wd + pads[1] + pads[3], c]
-        xt = b.op("PadAkg", [xt], shape, xt.dtype, head=[0, pads[0], pads[1], 0], tail=[0, pads[2], pads[3], 0],
-                  pad_val=0.0)
-    w = b.weight(_safe(node.input[1]) + "_ohwi", np.ascontiguousarray(wc.transpose(0, 2, 3, 1)))
-    ho, wo = (xt.shape[1] - kh) // sh + 1, (xt.shape[2] - kw) // sw + 1
-    groups = {"groups": group} if group != 1 else {}
-    y = b.op("Conv2D", [xt, w], [n, ho, wo, o], x.dtype, stride=[1, 1, sh, sw], pad_list=[0, 0, 0, 0],
-             dilation=[1, 1, 1, 1], **groups)
-    return b.transpose(y, [0, 3, 1, 2])
 
 
 def _pool(kind: str):

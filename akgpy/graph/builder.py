@@ -325,6 +325,32 @@ class GraphBuilder:
         dst = _dtype_name(dst_type) if dst_type is not None else a.dtype
         return self.op("MatMul", ins, [*batch, m, n], dst, **attrs, dst_type=dst)
 
+    def conv2d_nchw(self, x: Value, w: Value | np.ndarray, *, stride: Sequence[int] = (1, 1),
+                    pads: Sequence[int] = (0, 0, 0, 0), groups: int = 1, weight_name: str = "w") -> Value:
+        """A framework's convolution (NCHW data, OIHW weight; pads top, left, bottom, right) as akgpy's
+        NHWC ops: Conv2D on OHWI weights, or an NHWC GEMM x[n*h*w, c] @ W[c, o] for a dense
+        unpadded 1x1 stride-1 one. Every form sits between the same two Transposes, which
+        graph/layout.py cancels along a conv chain. An array weight is bound here, already in the
+        form the kernel reads (`weight_name` + a suffix); a Value weight is transposed in the graph."""
+        n, c, h, wd = x.shape
+        o, _, kh, kw = w.shape
+        sh, sw = stride
+        xt = self.transpose(x, [0, 2, 3, 1])
+        if kh == kw == 1 and sh == sw == 1 and not any(pads) and groups == 1:
+            wm = (self.weight(weight_name + "_ci_co", np.ascontiguousarray(w.reshape(o, c).T))
+                  if isinstance(w, np.ndarray) else self.transpose(self.reshape(w, [o, c]), [1, 0]))
+            y = self.reshape(self.matmul(self.reshape(xt, [n * h * wd, c]), wm), [n, h, wd, o])
+            return self.transpose(y, [0, 3, 1, 2])
+        if any(pads):
+            xt = self.op("PadAkg", [xt], [n, h + pads[0] + pads[2], wd + pads[1] + pads[3], c], xt.dtype,
+                         head=[0, pads[0], pads[1], 0], tail=[0, pads[2], pads[3], 0], pad_val=0.0)
+        wt = (self.weight(weight_name + "_ohwi", np.ascontiguousarray(w.transpose(0, 2, 3, 1)))
+              if isinstance(w, np.ndarray) else self.transpose(w, [0, 2, 3, 1]))
+        ho, wo = (xt.shape[1] - kh) // sh + 1, (xt.shape[2] - kw) // sw + 1
+        y = self.op("Conv2D", [xt, wt], [n, ho, wo, o], x.dtype, stride=[1, 1, sh, sw], pad_list=[0, 0, 0, 0],
+                    dilation=[1, 1, 1, 1], **({"groups": groups} if groups != 1 else {}))
+        return self.transpose(y, [0, 3, 1, 2])
+
     def inplace_assign(self, target: Value, value: Value, passthrough: Value | None = None,
                        fake_output: bool = True) -> Value:
         p = passthrough if passthrough is not None else value

@@ -405,30 +405,10 @@ def _batch_norm_train(b, out, x, weight, bias, running_mean, running_var, traini
     return y, mean, rstd, new_mean, new_var
 
 
-# A 1x1 convolution is a GEMM on NCHW data with the weight repeated per image (frontends/onnx.py's
-# rule and bound: above this many images the NHWC path bounds that copy).
-MAX_GEMM_BATCH = 8
-
-
 def _convolution(b, out, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
-    # 2-D, not transposed, dilation 1 (support.py); NCHW data as NHWC around Conv2D, as the ONNX frontend
-    n, c, h, wd = x.shape
-    o, _, kh, kw = w.shape
-    sh, sw = stride
+    # 2-D, not transposed, dilation 1 (support.py)
     ph, pw = padding
-    if kh == kw == 1 and sh == sw == 1 and ph == pw == 0 and groups == 1 and n <= MAX_GEMM_BATCH:
-        wm = b.broadcast_to(b.reshape(w, [1, o, c]), [n, o, c], w.dtype)
-        y = b.reshape(b.matmul(wm, b.reshape(x, [n, c, h * wd])), [n, o, h, wd])
-    else:
-        xt = b.transpose(x, [0, 2, 3, 1])
-        if ph or pw:
-            xt = b.op("PadAkg", [xt], [n, h + 2 * ph, wd + 2 * pw, c], xt.dtype, head=[0, ph, pw, 0],
-                      tail=[0, ph, pw, 0], pad_val=0.0)
-        ho, wo = (xt.shape[1] - kh) // sh + 1, (xt.shape[2] - kw) // sw + 1
-        attrs = dict(groups=groups) if groups != 1 else {}
-        y = b.op("Conv2D", [xt, b.transpose(w, [0, 2, 3, 1])], [n, ho, wo, o], x.dtype, stride=[1, 1, sh, sw],
-                 pad_list=[0, 0, 0, 0], dilation=[1, 1, 1, 1], **attrs)
-        y = b.transpose(y, [0, 3, 1, 2])
+    y = b.conv2d_nchw(x, w, stride=stride, pads=[ph, pw, ph, pw], groups=groups)
     return y if bias is None else b.add(y, _channel(b, bias, 4))
 
 

@@ -2,7 +2,7 @@
 
 - library contractions: MatMul/Conv2D through numpy's BLAS (float32 accumulation, like the
   generated kernels), used where the pipeline measured them faster than akgpy's own kernel;
-- fallback ops: ops without a TE lowering (Concat, StridedSlice, Gather) run through the
+- fallback ops: an op table row marked `fallback` (no TE lowering; none today) runs through the
   numpy reference implementation, in float64 rounded to the declared dtype.
 """
 from __future__ import annotations

@@ -9,7 +9,9 @@ import pytest
 import akgpy
 from akgpy import GraphBuilder
 from akgpy.schedule.config import ScheduleConfig
-from akgpy.schedule.plain import PAD_MAX_WASTE, register_tile
+from akgpy.schedule.plain import PAD_MAX_VECTORS, PAD_MAX_WASTE, register_tile
+from akgpy.targets import default_config
+from akgpy.targets.cpu.defaults import WIDE_TILE_VECTORS
 from akgpy.testing import check_program
 from akgpy.tune.space import space
 
@@ -106,15 +108,28 @@ def test_space_lists_the_tile_and_packing_of_batched_and_epilogue_products():
 
 
 @pytest.mark.parametrize("rows,cols,registers,want", [
-    (512, 2752, 32, 16),   # AVX-512: 2752 = 172 vectors (4 x 43): 8 rows x 2 vectors, 16 accumulators
-    (768, 3072, 32, 24),   # 192 vectors: 8 rows x 3 vectors
-    (128, 768, 32, 24),
-    (768, 3072, 16, 12),   # AVX2's 16 registers (lanes 8 there; 16 here keeps the count comparable)
+    # AVX-512 (32 registers, tiles of up to 4 vectors): the most accumulators that divide, a tie
+    # to the fewest loads a step (6 x 4 over 8 x 3, 4 x 4 over 8 x 2); 512 rows are not padded to
+    # a 6 x 4 tile (PAD_MAX_VECTORS)
+    (768, 3072, 32, (6, 4)),
+    (512, 2752, 32, (4, 4)),   # 2752 = 172 vectors (4 x 43)
+    (128, 768, 32, (8, 3)),    # 6 does not divide 128
+    (504, 2752, 32, (6, 4)),
+    # AVX2's 16 registers keep the most rows among ties (6 x 2 over 4 x 3)
+    (768, 3072, 16, (6, 2)),
 ])
-def test_default_tile_fits_the_registers(rows, cols, registers, want):
-    ti, tj = register_tile(rows, cols, 16, ScheduleConfig(), False, padded=True, registers=registers)
+def test_default_tile(rows, cols, registers, want):
+    cfg = default_config().replace(tile_j_vectors=WIDE_TILE_VECTORS if registers >= 32 else 3)
+    ti, tj = register_tile(rows, cols, 16, cfg, False, padded=True, registers=registers)
     tv = tj // 16
-    assert ti * tv == want, (ti, tv)
+    assert (ti, tv) == want
     assert ti * tv + tv + 1 <= registers  # accumulators, one vector of B per column, A's broadcast
-    assert -rows % ti <= rows // PAD_MAX_WASTE
+    assert rows % ti == 0 or (tv <= PAD_MAX_VECTORS and -rows % ti <= rows // PAD_MAX_WASTE)
     assert cols % tj == 0
+
+
+def test_avx512_targets_default_to_four_vector_tiles():
+    from akgpy.target import resolve_target
+    host = resolve_target(None)
+    want = WIDE_TILE_VECTORS if host.vector_registers >= 32 else ScheduleConfig().tile_j_vectors
+    assert default_config(host).tile_j_vectors == want

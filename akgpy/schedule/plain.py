@@ -364,8 +364,11 @@ def register_tile(rows: int, cols: int, lanes: int, cfg: ScheduleConfig, narrow:
     for tv in range(1, cfg.tile_j_vectors + 1):
         for ti in range(1, cfg.tile_i + 1):
             divides = rows % ti == 0
-            k = (ti * tv, divides, tv if widened else ti)
-            fits = divides or (padded and -rows % ti <= rows // PAD_MAX_WASTE)
+            # among as many accumulators: with 32 registers the fewest loads a reduction step
+            # (ti broadcasts of A, tv vectors of B), then the most rows (WIDE_TILE_REGISTERS)
+            third = tv if widened else (-(ti + tv), ti) if regs >= WIDE_TILE_REGISTERS else ti
+            k = (ti * tv, divides, third)
+            fits = divides or (padded and tv <= PAD_MAX_VECTORS and -rows % ti <= rows // PAD_MAX_WASTE)
             if fits and (cols // lanes) % tv == 0 and ti * tv + tv + 1 <= regs and k > key:
                 best, key = (ti, tv * lanes), k
     return best
@@ -454,6 +457,16 @@ WIDEN_CHUNK_BYTES = 1024
 # 1/8, float16 [32, 32] x [32, 4096] padded to 36 rows ran 1.36x slower, [32, 4096] x [4096,
 # 9216] 1.15x)
 PAD_MAX_WASTE = 16
+# ... and pads only tiles of at most this many vectors: a padded 6 x 4 tile (AVX-512) ran slower
+# than the 8 x 2 tile that divides the rows, its crop a second pass over the result (float32,
+# 1 thread, kernel alone, interleaved: 512 x 512 x 2752 125 against 139 GFLOP/s)
+PAD_MAX_VECTORS = 3
+# From this many vector registers (AVX-512's 32) a tie in accumulators goes to the tile with the
+# fewest loads a step: 6 x 4 over 8 x 3, 4 x 4 over 8 x 2 (float32, 1 thread, kernel alone,
+# interleaved, GFLOP/s: 768 x 768 x 3072 133 -> 142 and 132 -> 141 in two runs, 504 x 512 x 2752
+# 126 -> 140, 512 x 512 x 2752 126 -> 129, 128 x 64 x 1536 141 -> 158, 128 x 128 x 768 147 ->
+# 151). With 16 registers the most rows (measured on Zen 3, above).
+WIDE_TILE_REGISTERS = 32
 
 
 def _producer(sch, block, buf):

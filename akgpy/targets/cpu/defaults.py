@@ -80,18 +80,26 @@ STREAM_POLICY_BY_CPU = {"znver5": _AMD_STREAMS, "znver4": _AMD_STREAMS, "znver3"
                         "emeraldrapids": {**_AMD_STREAMS, "stream_min_bytes": STREAM_MIN_BYTES_EMR}}
 
 
+# the most column vectors of a contraction's register tile where the target has 32 vector
+# registers (AVX-512): room for 6 x 4 accumulators and 4 + 1 operand registers
+# (schedule/plain.register_tile); with 16 the ScheduleConfig default (3)
+WIDE_TILE_VECTORS = 4
+
+
 def default_config(target: Target) -> ScheduleConfig:
     """The default choices for a CPU target: streaming threshold twice its LLC (or the CPU's
-    measured one), software prefetch on, fewer chain registers where float16 is native, the
+    measured one), software prefetch on, fewer chain registers where float16 is native, register
+    tiles of up to WIDE_TILE_VECTORS vectors where it has 32 vector registers, the
     narrow-transpose width and the streaming policy by CPU name (NARROW_TRANSPOSE_BYTES_BY_CPU,
     STREAM_POLICY_BY_CPU). A bare ScheduleConfig() has prefetch off and 4 chain registers."""
     native_fp16 = target.is_x86 and target.has("avx512fp16")
     chains = NATIVE_FP16_CHAIN_REGISTERS if native_fp16 else ScheduleConfig.chain_registers
     llc, cpu = target.llc_bytes, target.cpu
     streams = {"stream_min_bytes": 2 * llc, **STREAM_POLICY_BY_CPU.get(cpu, {})}
+    wide = {"tile_j_vectors": WIDE_TILE_VECTORS} if target.vector_registers >= 32 else {}
     return ScheduleConfig(stream_read_heavy_min_bytes=STREAM_READ_HEAVY_LLCS_BY_CPU.get(cpu, 0) * llc,
                           narrow_transpose_bytes=NARROW_TRANSPOSE_BYTES_BY_CPU.get(cpu, 16),
-                          prefetch_bytes=PREFETCH_BYTES, chain_registers=chains, **streams)
+                          prefetch_bytes=PREFETCH_BYTES, chain_registers=chains, **wide, **streams)
 
 
 # Statement instances a nest needs before a self-contained kernel runs it in parallel. Its

@@ -120,9 +120,12 @@ def worker(name: str, shape, threads: int, calls: int) -> dict:
 
 def _env(name: str, threads: int) -> dict:
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    # akgpy reads TVM_NUM_THREADS; numpy's BLAS and torch's OpenMP read these
-    env.update(TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
-               MKL_NUM_THREADS=str(threads))
+    # akgpy reads TVM_NUM_THREADS; numpy's BLAS and torch's OpenMP read the others. In akgpy's
+    # process numpy only checks the result, on one thread: OpenBLAS's threads spin after a call,
+    # and on 2 cores two spinning BLAS threads made a 0.2 ms kernel take 4 ms
+    blas = 1 if name == "akgpy" else threads
+    env.update(TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(blas), OPENBLAS_NUM_THREADS=str(blas),
+               MKL_NUM_THREADS=str(blas))
     return env
 
 

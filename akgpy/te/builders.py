@@ -877,6 +877,33 @@ def pool2d(lw, op, ins, out):
     return lw.compute(out.shape, favg)
 
 
+def power(lw: Lowerer, op: Op, ins: list[Operand], out: Tensor):
+    """x ** n for a constant integer n as products by repeated squaring, so the loop stays a vector
+    loop (GELU-tanh's x**3): libm's powf is a scalar call per element, and TVM has no integer
+    power. Floats: |n| <= MAX_POW_CHAIN, each product rounding once, within the float tolerance
+    of pow's one rounding; other float exponents call pow. Integers: any n >= 0, wrapping as numpy."""
+    try:
+        n = float(ins[1].desc.value) if ins[1].tensor is None else None
+    except (TypeError, ValueError):  # a complex or array value
+        n = None
+    integral = out.dtype.startswith(("int", "uint"))
+    if (n is None or n != int(n) or (n < 0 and integral) or (abs(n) > MAX_POW_CHAIN and not integral)
+            or out.dtype.startswith("complex")):
+        return elementwise(te.power)(lw, op, ins, out)
+
+    def chain(x, _):
+        y, base, k = None, x, abs(int(n))
+        while k:
+            if k & 1:
+                y = base if y is None else _product(y, base)
+            base, k = _product(base, base), k >> 1
+        y = _one(x) if y is None else y
+        return _div(_one(x), y) if n < 0 else y
+    return elementwise(chain)(lw, op, ins, out)
+
+
+MAX_POW_CHAIN = 4
+
 E = elementwise
 TERMS = ("term", "term")
 BUILDERS: dict[str, Callable] = {
@@ -886,7 +913,7 @@ BUILDERS: dict[str, Callable] = {
     "Add": arith(lambda a, b: a + b, TERMS),
     "Sub": arith(lambda a, b: a - b, TERMS), "Mul": arith(_product, TERMS),
     "RealDiv": arith(_div, ("numerator", "divisor")), "Maximum": extremum(True), "Minimum": extremum(False),
-    "Pow": E(te.power),
+    "Pow": power,
     "Greater": E(lambda a, b: a > b), "GreaterEqual": E(lambda a, b: a >= b),
     "Less": E(lambda a, b: a < b), "LessEqual": E(lambda a, b: a <= b),
     "Equal": arith(_equal, ("compared", "compared")),

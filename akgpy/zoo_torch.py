@@ -22,7 +22,7 @@ from .errors import UnsupportedOpError
 EXPORTERS = {"torchscript": 17, "dynamo": 18}  # exporter -> the opset it is run at
 
 
-def _transformers():
+def import_transformers():
     """transformers, imported so that it ignores a `kernels` module that is not Hugging Face's:
     this repository's kernels/ folder shadows the `kernels` distribution when the repository
     root is on sys.path (pytest, python -m), and transformers then fails importing from it."""
@@ -48,7 +48,7 @@ def _seeded(seed: int) -> None:
 
 def bert(hidden: int = 64, layers: int = 2, heads: int = 2, vocab: int = 128, attention: str = "sdpa",
          positions: int = 64):
-    tf = _transformers()
+    tf = import_transformers()
     BertConfig, BertModel = tf.BertConfig, tf.BertModel
     cfg = BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                      intermediate_size=4 * hidden, max_position_embeddings=positions, attn_implementation=attention)
@@ -57,7 +57,7 @@ def bert(hidden: int = 64, layers: int = 2, heads: int = 2, vocab: int = 128, at
 
 def gpt2(hidden: int = 64, layers: int = 2, heads: int = 2, vocab: int = 128, attention: str = "eager",
          positions: int = 64):
-    tf = _transformers()
+    tf = import_transformers()
     GPT2Config, GPT2Model = tf.GPT2Config, tf.GPT2Model
     cfg = GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=positions,
                      attn_implementation=attention, use_cache=False)
@@ -66,7 +66,7 @@ def gpt2(hidden: int = 64, layers: int = 2, heads: int = 2, vocab: int = 128, at
 
 def vit(hidden: int = 64, layers: int = 2, heads: int = 2, image: int = 32, patch: int = 8,
         attention: str = "sdpa"):
-    tf = _transformers()
+    tf = import_transformers()
     ViTConfig, ViTModel = tf.ViTConfig, tf.ViTModel
     cfg = ViTConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                     intermediate_size=4 * hidden, image_size=image, patch_size=patch, num_channels=3,
@@ -75,7 +75,7 @@ def vit(hidden: int = 64, layers: int = 2, heads: int = 2, image: int = 32, patc
 
 
 def t5_encoder(d_model: int = 64, layers: int = 2, heads: int = 2, vocab: int = 128):
-    tf = _transformers()
+    tf = import_transformers()
     T5Config, T5EncoderModel = tf.T5Config, tf.T5EncoderModel
     cfg = T5Config(vocab_size=vocab, d_model=d_model, d_kv=d_model // heads, d_ff=4 * d_model, num_layers=layers,
                    num_heads=heads, relative_attention_num_buckets=32, attn_implementation="eager",

@@ -4,18 +4,15 @@ nn.TransformerEncoderLayer with symbolic sizes. Each matches eager, and its repo
 ATen nodes akgpy ran and how many stayed torch calls."""
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import akgpy.torch as akt  # noqa: E402
 from akgpy.torch.backend import akgpy_backend  # noqa: E402
+from akgpy.zoo_torch import import_transformers  # noqa: E402
 
 TOL = dict(rtol=1e-4, atol=1e-4)
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(autouse=True)
@@ -23,27 +20,6 @@ def _fresh_dynamo():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
-
-
-def _transformers():
-    """transformers imports the hub's `kernels` package where it is installed; this checkout's
-    own kernels/ folder (first on sys.path under pytest) would shadow it, so import without it."""
-    saved_path, ours = list(sys.path), sys.modules.pop("kernels", None)
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != ROOT]
-    try:
-        import transformers.models.bert.modeling_bert  # noqa: F401
-        import transformers.models.gpt2.modeling_gpt2  # noqa: F401
-        import transformers
-    except ImportError as e:
-        pytest.skip(f"transformers does not import: {e}")
-    finally:
-        sys.path[:] = saved_path
-        for name in [n for n in sys.modules if n == "kernels" or n.startswith("kernels.")]:
-            if ours is not None:
-                del sys.modules[name]
-        if ours is not None:
-            sys.modules["kernels"] = ours
-    return transformers
 
 
 def _left_to_torch(report) -> tuple[int, int]:
@@ -64,7 +40,7 @@ def _check_report(max_torch_fraction: float):
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 def test_hf_bert_matches_eager(attn):
-    tf = _transformers()
+    tf = import_transformers()
     torch.manual_seed(0)
     cfg = tf.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=32, attn_implementation=attn)
@@ -84,7 +60,7 @@ def test_hf_bert_matches_eager(attn):
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 def test_hf_gpt2_matches_eager(attn):
-    tf = _transformers()
+    tf = import_transformers()
     torch.manual_seed(0)
     cfg = tf.GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=2, n_positions=32, attn_implementation=attn,
                         bos_token_id=0, eos_token_id=0)

@@ -23,6 +23,7 @@ from tvm.sym import Analyzer, detect_linear_equation
 from ..te.builders import largest_divisor
 from ..te.lower import Lowered
 from ..target import Target
+from . import conv
 from .config import ScheduleConfig
 
 
@@ -560,10 +561,14 @@ def _contraction(sch, block, cfg: ScheduleConfig, target: Target, notes: list | 
     *outer, li, lj = spatial
     packed = pack is not False and not outer and tj % lanes == 0 and \
         _pack_panels(sch, block, rows, ti, tj, cfg, target, force=pack is True)
+    shared = conv.b_shared(blk)  # a conv's filter: its panels outermost, reused by every row
+    if shared and pack is not False and tj % lanes == 0:
+        packed = conv.pack_computed_panels(sch, block, tj, lanes, cfg.parallel)
     io, ii = sch.split(li, [None, ti])
     jo, jv, jl = sch.split(lj, [None, tj // lanes, lanes]) if tj % lanes == 0 else (*sch.split(lj, [None, 1, tj]),)
-    sch.reorder(*outer, jo, io, *reduce, ii, jv, jl)
-    par = sch.fuse(*outer, jo, io)
+    order = (jo, *outer, io) if shared else (*outer, jo, io)
+    sch.reorder(*order, *reduce, ii, jv, jl)
+    par = sch.fuse(*order)
     _parallel(sch, par, cfg)
     staged = False
     if widen is not None:
@@ -616,11 +621,15 @@ def plain_schedule(low: Lowered, cfg: ScheduleConfig, target: Target, notes: lis
     when given, receives a line per contraction naming its tile."""
     tiles = {}  # contraction output buffer -> its parallel tile loop (epilogues go under it)
     sch, left = inline_injective(low)
+    packs = []
     for name in left:
         b = sch.get_sblock(name)
         role = low.roles.get(name, "elemwise")
         if role == "widen":
             continue  # placed by the contraction it feeds
+        if role == "pack":
+            packs.append(b)  # a conv's filter panels: laid out by the contraction first
+            continue
         if role == "contract":
             out = sch.get(b).writes[0].source.name
             tile = _try(_contraction, sch, b, cfg, target, notes, low.roles)
@@ -629,6 +638,9 @@ def plain_schedule(low: Lowered, cfg: ScheduleConfig, target: Target, notes: lis
         elif role == "reduce":
             _try(_reduction, sch, b, cfg, target)
         elif _try(_epilogue, sch, b, tiles, target) is None:
+            _try(_spatial, sch, b, cfg, target)
+    for b in packs:
+        if not conv.pack_scheduled(sch, b):
             _try(_spatial, sch, b, cfg, target)
     return sch
 

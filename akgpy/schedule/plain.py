@@ -167,10 +167,11 @@ def bounded_inlining(blocks: list, candidates: set[str]) -> set[str]:
     return {b.name_hint for b in blocks if b.writes and b.writes[0].source.__chandle__() in inlined}
 
 
-def inline_injective(low: Lowered, keep=frozenset()):
+def inline_injective(low: Lowered, keep=frozenset(), simplify: bool = False):
     """(a Schedule of low.func with every elementwise block, except those in `keep`, those
     writing a parameter and those `bounded_inlining` keeps, inlined into its consumers, the
-    names of the blocks left in order)."""
+    names of the blocks left in order). `simplify`: the inlined loads' indices simplified
+    under their blocks' bounds (`_simplified_loads`: the contraction template's epilogues)."""
     root = low.func.body.block
     nests = list(root.body.seq) if isinstance(root.body, tirx.SeqStmt) else [root.body]
     blocks = [_nest_block(n) for n in nests]
@@ -183,7 +184,7 @@ def inline_injective(low: Lowered, keep=frozenset()):
     if chosen:
         # one replacement of the root block, as compute_inline makes: a new Schedule would verify
         # the function, and an expression with Lets (te/fastmath.py) inlined twice defines them twice
-        root, reuse = _inlined_root(low.func, nests, blocks, chosen)
+        root, reuse = _inlined_root(low.func, nests, blocks, chosen, simplify)
         sch.state.replace(sch.get_sref(sch.get_sblock("root")), root, reuse)
         # replace() leaves the root scope's flags (stage pipeline, region cover) unset, and
         # rfactor refuses such a scope: a Schedule built anew computes them, after ConvertSSA
@@ -205,11 +206,30 @@ def _nest_block(nest):
     return nest.block
 
 
+def _simplified_loads(body, iter_vars):
+    """`body` with its loads' indices simplified under the block iterators' bounds. Inlined
+    reshapes compose into div/mod chains (a residual read through [3136, 24] -> [1, 56, 56, 24]
+    -> [3136, 24] as `(i * 24 + j) % 75264 // 1344`) that are the iterators themselves once
+    simplified; left so, a contraction's epilogue could not run inside its tile loop
+    (`_epilogue`) and its second pass gathered element by element."""
+    ana = Analyzer()
+    for iv in iter_vars:
+        ana.bind(iv.var, iv.dom)
+
+    def on_load(ld):
+        idx = [ana.simplify(i) for i in ld.indices]
+        if all(a.same_as(b) for a, b in zip(idx, ld.indices)):
+            return ld
+        return tirx.BufferLoad(ld.source, idx)
+
+    return tvm_ffi.structural_map(body, [(ir.TensorLoad, on_load)])
+
+
 # TVM's compute_inline rewrites the whole scope per call: inlining n blocks one call at a time
 # is quadratic (3,000 Negs took 113 s). The same substitution for all of them in one pass:
 # each consumer's loads of an inlined buffer become that block's stored value, itself already
 # substituted, at the load's indices; read regions are inferred again, as compute_inline does.
-def _inlined_root(func, nests, blocks, chosen: set[str]):
+def _inlined_root(func, nests, blocks, chosen: set[str], simplify: bool = False):
     """(the root block with the chosen blocks inlined, {old block: new block} of the consumers)."""
     values: dict[int, tuple] = {}  # buffer handle -> (store's index vars by handle, value)
 
@@ -225,6 +245,8 @@ def _inlined_root(func, nests, blocks, chosen: set[str]):
 
     def substituted(blk):
         body = tvm_ffi.structural_map(blk.body, [(ir.TensorLoad, load)])
+        if simplify:
+            body = _simplified_loads(body, blk.iter_vars)
         new = s_tir.SBlock(blk.iter_vars, blk.reads, blk.writes, blk.name_hint, body, blk.init,
                            blk.alloc_buffers, blk.match_buffers, blk.annotations)
         # the buffers this block accesses, not all the function's: the map is copied per call
@@ -620,7 +642,7 @@ def plain_schedule(low: Lowered, cfg: ScheduleConfig, target: Target, notes: lis
     """The schedule of `low` for `target` (its vector width, registers and caches); `notes`,
     when given, receives a line per contraction naming its tile."""
     tiles = {}  # contraction output buffer -> its parallel tile loop (epilogues go under it)
-    sch, left = inline_injective(low)
+    sch, left = inline_injective(low, simplify="contract" in low.roles.values())
     packs = []
     for name in left:
         b = sch.get_sblock(name)

@@ -193,3 +193,61 @@ def test_tensors_cross_without_copies():
     torch.testing.assert_close(y, f(x), **TOL)
     assert isinstance(produced[0], np.ndarray)
     assert y.data_ptr() == produced[0].ctypes.data
+
+
+def _conv_net(seed=0):
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.Flatten(),
+                            torch.nn.Linear(8 * 6 * 6, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).eval()
+    with torch.no_grad():  # running statistics away from the identity, so folding them matters
+        m[1].running_mean.uniform_(-0.5, 0.5)
+        m[1].running_var.uniform_(0.5, 2.0)
+    return m
+
+
+def _partitions(kind):
+    return [p.module for g in akt.last_report().graphs if g.kind == kind for p in g.partitions]
+
+
+def test_inference_parameters_are_folded_into_the_program():
+    m = _conv_net()
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        got = torch.compile(m, backend=akgpy_backend)(x)
+        want = m(x)
+    torch.testing.assert_close(got, want, **TOL)
+    parts = _partitions("inference")
+    assert parts and all(p.held for p in parts)
+    for p in parts:
+        (entry,) = p.compiled.values()
+        assert entry.program is not None and entry.held
+        # the per-call program takes only what is not a parameter or buffer: the activation
+        assert set(entry.inputs).isdisjoint(p.held) and entry.inputs
+
+
+def test_in_place_weight_update_is_seen_not_stale():
+    m = _conv_net()
+    c = torch.compile(m, backend=akgpy_backend)
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        before = c(x)
+        torch.testing.assert_close(before, m(x), **TOL)
+        m[4].weight.add_(1.0)  # an in-place update bumps the parameter's _version
+        m[1].running_mean.add_(0.25)  # a buffer too
+        m[0].weight.mul_(2.0)
+        after = c(x)
+        want = m(x)
+    assert not torch.allclose(before, want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(after, want, **TOL)
+    (part,) = _partitions("inference")
+    assert part.record.programs == 1  # the shape's program replaced, not added
+
+
+def test_training_graph_keeps_parameters_as_inputs():
+    m = _mlp()
+    x = torch.randn(5, 8)
+    out = torch.compile(m, backend=akgpy_backend)(x)
+    out.sum().backward()
+    parts = _partitions("forward")
+    assert parts and not any(p.held for p in parts)
+    torch.testing.assert_close(out, m(x), **TOL)

@@ -5,6 +5,7 @@ a FusedPartition (fused.py), everything else stays a torch call in the returned 
 from __future__ import annotations
 
 import operator
+from typing import Sequence
 
 import torch
 from torch._decomp import core_aten_decompositions
@@ -29,8 +30,11 @@ def _is_size(val) -> bool:
     return isinstance(val, (int, torch.SymInt)) and not isinstance(val, bool)
 
 
-def partition_graph(gm: torch.fx.GraphModule, kind: str = "forward") -> tuple[torch.fx.GraphModule, GraphReport]:
-    """gm with every fused partition replaced by a FusedPartition submodule (in place), and its report."""
+def partition_graph(gm: torch.fx.GraphModule, kind: str = "forward",
+                    static_inputs: Sequence[int] = ()) -> tuple[torch.fx.GraphModule, GraphReport]:
+    """gm with every fused partition replaced by a FusedPartition submodule (in place), and its
+    report. `static_inputs` are the graph inputs held constant across calls (an inference
+    graph's parameters and buffers): a partition folds what it computes from them alone."""
     from .support import AkgpySupport
     support = AkgpySupport()
     # size arithmetic on symbolic sizes (sym_size, operator.mul ...) is Python int math, not a
@@ -49,8 +53,13 @@ def partition_graph(gm: torch.fx.GraphModule, kind: str = "forward") -> tuple[to
     records = [PartitionReport(f"{PREFIX}{k}", [op_name(n.target) for n in sorted(p.nodes, key=order.__getitem__)])
                for k, p in enumerate(partitions)]
     gm = fuse_by_partitions(gm, [dict(p.nodes) for p in partitions], prefix=PREFIX, always_return_tuple=True)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    static = {placeholders[i] for i in static_inputs if i < len(placeholders)}
+    calls_of = {n.target: n for n in gm.graph.nodes if n.op == "call_module"}
     for rec in records:
-        part = FusedPartition(getattr(gm, rec.name), rec)
+        call = calls_of.get(rec.name)
+        held = tuple(k for k, a in enumerate(call.args) if a in static) if call is not None else ()
+        part = FusedPartition(getattr(gm, rec.name), rec, held)
         rec.module = part
         setattr(gm, rec.name, part)
         report.partitions.append(rec)
@@ -60,11 +69,19 @@ def partition_graph(gm: torch.fx.GraphModule, kind: str = "forward") -> tuple[to
 
 def _compiler(report: Report, kind: str):
     def compile_fx(gm: torch.fx.GraphModule, example_inputs):
-        gm, graph_report = partition_graph(gm, kind)
+        gm, graph_report = partition_graph(gm, kind, _static_inputs() if kind == "inference" else ())
         report.graphs.append(graph_report)
         gm.akgpy_report = graph_report
         return make_boxed_func(gm.forward)
     return compile_fx
+
+
+def _static_inputs() -> tuple[int, ...]:
+    """The inputs AOTAutograd marks static (parameters and buffers, which dynamo lifts to graph
+    inputs): only an inference graph holds them constant; a training step changes them."""
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    return tuple(getattr(meta, "static_input_indices", None) or ())
 
 
 def akgpy_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):

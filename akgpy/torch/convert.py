@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -530,12 +530,34 @@ def input_key(args: Sequence[Any]) -> tuple:
     return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else int(a) for a in args)
 
 
-def to_graph(gm: torch.fx.GraphModule, key: Sequence[Any], name: str) -> tuple[Graph, list[int], list[int]]:
+class Folded:
+    """A tensor known at compile time: a partition input held constant (an inference graph's
+    parameter or buffer) or an op computed from such tensors only, evaluated once in torch. It
+    enters the graph as a bound weight where an op akgpy computes reads it."""
+
+    def __init__(self, value: torch.Tensor):
+        self.value = value
+        self.bound: Any = None  # its Value in the graph, once bound
+
+
+def _bind(b: GraphBuilder, f: Folded) -> Any:
+    if f.bound is None:
+        # a copy: the program must not see later in-place updates of the parameter it came from
+        f.bound = _constant(b, f.value.detach().resolve_conj().resolve_neg().contiguous().numpy().copy(), "w")
+    return f.bound
+
+
+def to_graph(gm: torch.fx.GraphModule, key: Sequence[Any], name: str,
+             consts: Mapping[int, torch.Tensor] | None = None) -> tuple[Graph, list, list[int]]:
     """The partition `gm` as a model Graph for one `input_key`; also, per partition output, the
-    graph output it is (outputs computed twice, or passed through, share a graph output), and
-    the partition inputs the graph takes (sizes and empty tensors are none of them)."""
+    graph output it is (outputs computed twice, or passed through, share a graph output) or,
+    for an output computed from `consts` only, the tensor itself; and the partition inputs the
+    graph takes (sizes, empty tensors and `consts` are none of them). `consts` (partition input
+    index -> tensor) are constants of the program: every op reading only them runs here, once,
+    in torch, and its result is bound as a weight."""
     b = GraphBuilder(name, model=True)
     env: dict[torch.fx.Node, Any] = {}
+    consts = consts or {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(key):
         raise ShapeError(f"partition {name} takes {len(placeholders)} inputs, got {len(key)}")
@@ -548,6 +570,9 @@ def to_graph(gm: torch.fx.GraphModule, key: Sequence[Any], name: str) -> tuple[G
         if math.prod(shape) == 0:
             env[node] = Empty(shape, dt)
             continue
+        if k in consts:
+            env[node] = Folded(consts[k])
+            continue
         env[node] = b.input(f"in{k}", shape, dt)
         used.append(k)
     outs: Any = None
@@ -559,7 +584,14 @@ def to_graph(gm: torch.fx.GraphModule, key: Sequence[Any], name: str) -> tuple[G
             break
         if node.op != "call_function":
             raise UnsupportedOpError(f"FX node {node.op} is not converted", tensor=node.name)
-        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: env[n])
+        tensors = [env[n] for n in node.all_input_nodes if not isinstance(env[n], int)]
+        if tensors and all(_folded(t) for t in tensors):
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: _unfold(env[n]))
+            with torch.no_grad():
+                res = node.target(*args, **kwargs)
+            env[node] = tuple(map(Folded, res)) if isinstance(res, (tuple, list)) else Folded(res)
+            continue
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: _value(b, env[n]))
         if node.target is operator.getitem:
             env[node] = args[0][args[1]]
             continue
@@ -581,11 +613,28 @@ def to_graph(gm: torch.fx.GraphModule, key: Sequence[Any], name: str) -> tuple[G
     flat = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     values = [env[n] for n in flat]
     for n, v in zip(flat, values):
-        if not isinstance(v, Value):
+        if not isinstance(v, (Value, Folded)):
             raise UnsupportedOpError(f"partition output {n.name} is {type(v).__name__}, not a tensor akgpy computes",
                                      tensor=n.name)
+    computed = [v for v in values if isinstance(v, Value)]
     first: dict[str, int] = {}
-    for v in values:
+    for v in computed:
         first.setdefault(v.name, len(first))
-    b.output(*(v for v in {v.name: v for v in values}.values()))
-    return b.build(), [first[v.name] for v in values], used
+    b.output(*(v for v in {v.name: v for v in computed}.values()))
+    return b.build(), [first[v.name] if isinstance(v, Value) else v.value for v in values], used
+
+
+def _folded(v: Any) -> bool:
+    return isinstance(v, Folded) or (isinstance(v, tuple) and bool(v) and all(map(_folded, v)))
+
+
+def _unfold(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return tuple(map(_unfold, v))
+    return v.value if isinstance(v, Folded) else v
+
+
+def _value(b: GraphBuilder, v: Any) -> Any:
+    if isinstance(v, tuple):
+        return tuple(_value(b, x) for x in v)
+    return _bind(b, v) if isinstance(v, Folded) else v

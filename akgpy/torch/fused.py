@@ -5,6 +5,7 @@ with the reason in its PartitionReport."""
 from __future__ import annotations
 
 import threading
+import weakref
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,22 +37,28 @@ def to_torch(a: np.ndarray) -> torch.Tensor:
 @dataclass
 class _Entry:
     program: Any  # the akgpy ModelProgram, or None: this shape runs in torch
-    outputs: list[int]  # per partition output, the program output it is
+    outputs: list  # per partition output, the program output it is (or the tensor folded at compile time)
     inputs: list[int] = field(default_factory=list)  # the partition inputs the program takes (not sizes)
+    held: tuple = ()  # per input folded into the program: (its index, weakref to it, its _version then)
 
 
 class FusedPartition(torch.nn.Module):
-    def __init__(self, gm: torch.fx.GraphModule, record: PartitionReport):
+    """`held`: the partition inputs constant across calls (an inference graph's parameters and
+    buffers). What the partition computes from them alone is computed once per compile and bound
+    to the program; a held input replaced by another tensor, or updated in place (its `_version`
+    moves), compiles the program again with the new values."""
+
+    def __init__(self, gm: torch.fx.GraphModule, record: PartitionReport, held: tuple[int, ...] = ()):
         super().__init__()
-        self.gm, self.record = gm, record
+        self.gm, self.record, self.held = gm, record, tuple(held)
         self.compiled: dict[tuple, _Entry] = {}
         self._lock = threading.Lock()
 
     def forward(self, *args: torch.Tensor) -> tuple:
         key = input_key(args)
         entry = self.compiled.get(key)
-        if entry is None:
-            entry = self._compile(key)
+        if entry is None or not _current(entry, args):
+            entry = self._compile(key, args)
         if entry.program is not None:
             try:
                 outs = entry.program(*(to_numpy(args[i]) for i in entry.inputs))
@@ -59,20 +66,27 @@ class FusedPartition(torch.nn.Module):
                 self._fall_back(key, f"akgpy run failed: {type(e).__name__}: {e}")
             else:
                 res = [to_torch(o) for o in outs]
-                return tuple(res[i] for i in entry.outputs)
+                return tuple(res[i] if isinstance(i, int) else i for i in entry.outputs)
         res = self.gm(*args)
         return tuple(res) if isinstance(res, (tuple, list)) else (res,)
 
-    def _compile(self, key: tuple) -> _Entry:
+    def _compile(self, key: tuple, args: tuple) -> _Entry:
         with self._lock:
-            if key in self.compiled:
-                return self.compiled[key]
+            old = self.compiled.get(key)
+            if old is not None and (old.program is None or _current(old, args)):
+                return old
+            consts = {i: args[i] for i in self.held if _holdable(args[i])}
             try:
-                graph, outputs, inputs = to_graph(self.gm, key, self.record.name)
-                entry = _Entry(on_torch_threads(compile_model(graph)), outputs, inputs)
+                graph, outputs, inputs = to_graph(self.gm, key, self.record.name, consts)
+                held = tuple((i, weakref.ref(args[i]), args[i]._version) for i in sorted(consts))
+                entry = _Entry(on_torch_threads(compile_model(graph)), outputs, inputs, held)
+                if old is not None:
+                    self.record.programs -= 1  # this shape's program replaced, not one more
                 self.record.programs += 1
             except Exception as e:  # a conversion or compile failure leaves this shape to torch
                 entry = _Entry(None, [])
+                if old is not None:
+                    self.record.programs -= 1
                 self.record.fallbacks[_label(key)] = f"{type(e).__name__}: {e}"
             self.compiled[key] = entry
             return entry
@@ -82,6 +96,17 @@ class FusedPartition(torch.nn.Module):
             self.compiled[key] = _Entry(None, [])
             self.record.programs -= 1
             self.record.fallbacks[_label(key)] = why
+
+
+def _holdable(t: Any) -> bool:
+    # a tensor read with grad on is autograd's, and an inference tensor has no version counter
+    return (isinstance(t, torch.Tensor) and not t.is_inference()
+            and not (t.requires_grad and torch.is_grad_enabled()))
+
+
+def _current(entry: _Entry, args: tuple) -> bool:
+    """Whether the held inputs entry was compiled with are still these args, unchanged."""
+    return all(ref() is args[i] and args[i]._version == v for i, ref, v in entry.held)
 
 
 def on_torch_threads(program):

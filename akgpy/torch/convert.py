@@ -375,6 +375,19 @@ def _channel(b, v, rank):
 
 def _batch_norm_eval(b, out, x, weight, bias, mean, var, momentum, eps):
     rank = len(x.shape)
+    if all(isinstance(p, np.ndarray) for p in (weight, bias, mean, var) if p is not None):
+        # statistics known now (ARRAY_ARGS): the normalisation folds to one scale and shift per channel
+        scale = 1.0 / np.sqrt(var.astype(np.float64) + float(eps))
+        if weight is not None:
+            scale = scale * weight
+        shift = -mean * scale + (bias if bias is not None else 0.0)
+        dt = np.dtype(x.dtype)
+        y = b.add(b.mul(x, _channel(b, _constant(b, scale.astype(dt), "bn_scale"), rank)),
+                  _channel(b, _constant(b, shift.astype(dt), "bn_shift"), rank))
+        empty = Empty([0], x.dtype)
+        return y, empty, empty
+    weight, bias, mean, var = (_constant(b, p, "bn") if isinstance(p, np.ndarray) else p
+                               for p in (weight, bias, mean, var))
     y = b.mul(b.sub(x, _channel(b, mean, rank)), b.rsqrt(b.add(_channel(b, var, rank), float(eps))))
     if weight is not None:
         y = b.mul(y, _channel(b, weight, rank))
@@ -408,7 +421,9 @@ def _batch_norm_train(b, out, x, weight, bias, running_mean, running_var, traini
 def _convolution(b, out, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
     # 2-D, not transposed, dilation 1 (support.py)
     ph, pw = padding
-    y = b.conv2d_nchw(x, w, stride=stride, pads=[ph, pw, ph, pw], groups=groups)
+    y = b.conv2d_nchw(x, w, stride=stride, pads=[ph, pw, ph, pw], groups=groups, weight_name=b._fresh("w"))
+    if isinstance(bias, np.ndarray):
+        bias = _constant(b, bias, "bias")
     return y if bias is None else b.add(y, _channel(b, bias, 4))
 
 
@@ -499,6 +514,11 @@ CONVERTERS: dict[Any, Callable] = {
 }
 
 # ops whose converter takes an Empty operand
+# per op, the positional arguments its converter also takes as numpy arrays: a folded tensor
+# (to_graph's consts) reaches it as one, so the converter binds it in the form its kernel reads
+# (a conv filter already OHWI) or folds arithmetic on it (batch norm's scale and shift)
+ARRAY_ARGS = {aten.convolution.default: (1, 2), aten._native_batch_norm_legit_no_training.default: (1, 2, 3, 4)}
+
 TAKES_EMPTY = (aten.cat.default, aten.lift_fresh_copy.default, aten.clone.default, aten.alias.default)
 
 # ops that move no data in torch (views); a partition of these alone is left to torch
@@ -540,10 +560,14 @@ class Folded:
         self.bound: Any = None  # its Value in the graph, once bound
 
 
+def _array(f: Folded) -> np.ndarray:
+    # a copy: the program must not see later in-place updates of the parameter it came from
+    return f.value.detach().resolve_conj().resolve_neg().contiguous().numpy().copy()
+
+
 def _bind(b: GraphBuilder, f: Folded) -> Any:
     if f.bound is None:
-        # a copy: the program must not see later in-place updates of the parameter it came from
-        f.bound = _constant(b, f.value.detach().resolve_conj().resolve_neg().contiguous().numpy().copy(), "w")
+        f.bound = _constant(b, _array(f), "w")
     return f.bound
 
 
@@ -591,7 +615,10 @@ def to_graph(gm: torch.fx.GraphModule, key: Sequence[Any], name: str,
                 res = node.target(*args, **kwargs)
             env[node] = tuple(map(Folded, res)) if isinstance(res, (tuple, list)) else Folded(res)
             continue
-        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: _value(b, env[n]))
+        arrays = ARRAY_ARGS.get(node.target, ())
+        args = tuple(_array(env[a]) if k in arrays and isinstance(a, torch.fx.Node) and isinstance(env[a], Folded)
+                     else a for k, a in enumerate(node.args))
+        args, kwargs = torch.fx.node.map_arg((args, node.kwargs), lambda n: _value(b, env[n]))
         if node.target is operator.getitem:
             env[node] = args[0][args[1]]
             continue

@@ -104,6 +104,8 @@ def _matmul(op, args, ins, out):
 def _conv2d(op, args, ins, out):
     x, w = args
     sh, sw = tuple(op.attrs.get("stride", (1, 1, 1, 1)))[-2:]
+    pt, pb, pl, pr = op.attrs.get("pad_list", (0, 0, 0, 0))
+    x = np.pad(x, [(0, 0), (pt, pb), (pl, pr), (0, 0)])
     n, oh, ow, o = out.shape
     _, kh, kw, cg = w.shape
     g = x.shape[-1] // cg  # groups: the registry checked that they divide both channel counts

@@ -341,13 +341,13 @@ class GraphBuilder:
                   if isinstance(w, np.ndarray) else self.transpose(self.reshape(w, [o, c]), [1, 0]))
             y = self.reshape(self.matmul(self.reshape(xt, [n * h * wd, c]), wm), [n, h, wd, o])
             return self.transpose(y, [0, 3, 1, 2])
-        if any(pads):
-            xt = self.op("PadAkg", [xt], [n, h + pads[0] + pads[2], wd + pads[1] + pads[3], c], xt.dtype,
-                         head=[0, pads[0], pads[1], 0], tail=[0, pads[2], pads[3], 0], pad_val=0.0)
         wt = (self.weight(weight_name + "_ohwi", np.ascontiguousarray(w.transpose(0, 2, 3, 1)))
               if isinstance(w, np.ndarray) else self.transpose(w, [0, 2, 3, 1]))
-        ho, wo = (xt.shape[1] - kh) // sh + 1, (xt.shape[2] - kw) // sw + 1
-        y = self.op("Conv2D", [xt, wt], [n, ho, wo, o], x.dtype, stride=[1, 1, sh, sw], pad_list=[0, 0, 0, 0],
+        # the padding as Conv2D's pad_list (top, bottom, left, right): read as zeros by the
+        # conv's guarded loads, never a padded copy of the activation
+        pad_list = [pads[0], pads[2], pads[1], pads[3]]
+        ho, wo = (h + pads[0] + pads[2] - kh) // sh + 1, (wd + pads[1] + pads[3] - kw) // sw + 1
+        y = self.op("Conv2D", [xt, wt], [n, ho, wo, o], x.dtype, stride=[1, 1, sh, sw], pad_list=pad_list,
                     dilation=[1, 1, 1, 1], **({"groups": groups} if groups != 1 else {}))
         return self.transpose(y, [0, 3, 1, 2])
 

@@ -322,12 +322,12 @@ def conv2d(op, ins, outs):
     if len(stride) < 2:
         raise AttrError(f"stride {list(stride)} needs at least 2 entries (its last two are H and W)")
     sh, sw = stride[-2:]
-    if any(p != 0 for p in _int_list(op, "pad_list", [0, 0, 0, 0])):
-        raise AttrError("Conv2D with a nonzero pad_list is not supported; pad with PadAkg first")
+    pt, pb, pl, pr = conv_pads(op)
     if any(d != 1 for d in _int_list(op, "dilation", [1, 1, 1, 1])):
         raise AttrError("Conv2D with dilation != 1 is not supported")
     groups = conv_groups(op)
     n, h, wd, c = x.shape
+    h, wd = h + pt + pb, wd + pl + pr  # the padded extents the windows slide over
     o, kh, kw, c2 = w.shape
     if c % groups or o % groups:
         raise AttrError(f"groups={groups} does not divide the {c} input and {o} output channels", tensor=w.name)
@@ -337,6 +337,15 @@ def conv2d(op, ins, outs):
         raise ShapeError(f"kernel {kh}x{kw} stride {sh}x{sw} does not fit {h}x{wd}", tensor=w.name)
     _expect(outs[0], (n, (h - kh) // sh + 1, (wd - kw) // sw + 1, o), op.attr("dst_type", outs[0].dtype))
     _contraction_dtypes(x, w, outs[0].dtype)
+
+
+def conv_pads(op) -> tuple[int, int, int, int]:
+    """Conv2D's zero padding of H and W as MindSpore's `pad_list`: (top, bottom, left, right).
+    The padding is read, not stored: te/builders.py guards the input reads."""
+    pads = _int_list(op, "pad_list", [0, 0, 0, 0])
+    if len(pads) != 4 or any(p < 0 for p in pads):
+        raise AttrError(f"pad_list {list(pads)} must be 4 non-negative ints (top, bottom, left, right)")
+    return tuple(pads)
 
 
 def conv_groups(op) -> int:

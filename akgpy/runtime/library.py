@@ -55,8 +55,12 @@ def library_contraction(g: Graph, op: Op, names: Sequence[str]) -> Run:
     o, kh, kw, c = g.tensors[op.inputs[1]].shape
     n, oh, ow, _ = out.shape
 
+    pt, pb, pl, pr = op.attrs.get("pad_list", (0, 0, 0, 0))
+
     def conv(args):
         x, w = (a.astype(f32, copy=False) for a in take(args))
+        if pt or pb or pl or pr:
+            x = np.pad(x, [(0, 0), (pt, pb), (pl, pr), (0, 0)])
         wm = w.reshape(o, kh * kw * c).T
         if kh == kw == 1:
             cols = x[:, ::sh, ::sw, :][:, :oh, :ow, :]

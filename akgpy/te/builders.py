@@ -667,9 +667,16 @@ def conv2d(lw, op, ins, out):
     o, kh, kw, cg = w.desc.shape
     og = o // (x.desc.shape[-1] // cg)  # output channels per group
     acc = "float32" if out.dtype in ("float16", "float32") else compute_dtype(out.dtype)
+    pads = tuple(op.attrs.get("pad_list", (0, 0, 0, 0)))
     if cg == 1 and kh * kw <= MAX_UNROLLED_TAPS:
-        return _depthwise(lw, x, w, out, (sh, sw), og, acc)
+        return _depthwise(lw, _padded_reads(x.tensor, pads), w, out, (sh, sw), og, acc)
     xt = _widened(lw, x, acc, "_widenX")
+    if any(pads):
+        # The padded input as a block of this kernel, not a PadAkg kernel of its own: the
+        # schedule inlines it into the contraction's reads or runs it beside them.
+        n, h, wd, c = x.desc.shape
+        read = _padded_reads(xt, pads)
+        xt = lw.compute((n, h + pads[0] + pads[1], wd + pads[2] + pads[3], c), read, suffix="_padX")
     wp = lw.compute((kh, kw, cg, o), lambda i, j, cc, oo: w.tensor(oo, i, j, cc), role="pack", suffix="_packW")
     rh, rw, rc = te.reduce_axis((0, kh), name="rh"), te.reduce_axis((0, kw), name="rw"), te.reduce_axis((0, cg), name="rc")
     # group oo // og reads input channels [group * cg, group * cg + cg)
@@ -682,7 +689,23 @@ def conv2d(lw, op, ins, out):
     return lw.compute(out.shape, lambda *i: conv(*i).astype(out.dtype), suffix="_cast")
 
 
-def _depthwise(lw, x: Operand, w: Operand, out: Tensor, stride, og: int, acc: str):
+def _padded_reads(x, pads):
+    """x[n, h, w, c] read at padded coordinates (pads: top, bottom, left, right), the padding
+    reading 0. if_then_else, not Select, loads only inside (see `pad`); the clamp keeps the
+    load's index in range for the polyhedral model's access relations."""
+    pt, _, pl, _ = pads
+    if not any(pads):
+        return x
+    _, h, wd, _ = (int(d) for d in x.shape)
+
+    def read(n, i, j, c):
+        inside = tirx.all(i >= pt, i < pt + h, j >= pl, j < pl + wd)
+        src = x(n, tirx.max(tirx.min(i - pt, h - 1), 0), tirx.max(tirx.min(j - pl, wd - 1), 0), c)
+        return tirx.if_then_else(inside, src, tirx.const(0, x.dtype))
+    return read
+
+
+def _depthwise(lw, x, w: Operand, out: Tensor, stride, og: int, acc: str):
     """One input channel per group (og outputs each): out[n, h, w, o] = sum over the taps of
     x[n, h * sh + i, w * sw + j, o // og] * w[o, i, j, 0], the taps in row-major order. The
     filter is re-laid out as [kh, kw, O] once, so each tap reads a vector of channels."""
@@ -695,7 +718,7 @@ def _depthwise(lw, x: Operand, w: Operand, out: Tensor, stride, og: int, acc: st
         total = None
         for i in range(kh):
             for j in range(kw):
-                t = x.tensor(n, h * sh + i, ww * sw + j, c).astype(acc) * wp(i, j, oo).astype(acc)
+                t = x(n, h * sh + i, ww * sw + j, c).astype(acc) * wp(i, j, oo).astype(acc)
                 total = t if total is None else total + t
         return _to(total, out.dtype)
     return lw.compute(out.shape, f)

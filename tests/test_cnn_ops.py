@@ -404,21 +404,27 @@ def test_bad_graph_attributes_name_the_op():
 
 
 @pytest.mark.parametrize("family", ["resnet", "mobilenet_v2"])
-def test_padded_convs_of_cnn_families_run_no_pad_kernel(family):
-    """Every padded convolution of the exported nets reads its padding (Conv2D pad_list): no
-    PadAkg op in the graph, so no padded-copy kernel in the ModelProgram (before: one PadAkg
-    kernel per padded conv, a PadAkg+Transpose one before the stem)."""
+def test_padded_dense_convs_of_cnn_families_run_no_pad_kernel(family):
+    """Every padded dense convolution of the exported nets reads its padding (Conv2D pad_list):
+    the only PadAkg ops left feed depthwise convolutions (GraphBuilder.conv2d_nchw's rule)."""
     from akgpy import zoo_torch
     proto, ex = zoo_torch.exported(family, "torchscript", 1, 32)
     model = onnx.load_from_string(proto)
-    padded = [n for n in model.graph.node if n.op_type == "Conv"
-              and any(a.name == "pads" and any(a.ints) for a in n.attribute)]
+
+    def padded(n):
+        return any(a.name == "pads" and any(a.ints) for a in n.attribute)
+
+    def depthwise(n):
+        group = next((a.i for a in n.attribute if a.name == "group"), 1)
+        return group > 1 and group == next(i.dims[0] for i in model.graph.initializer if i.name == n.input[1])
+    convs = [n for n in model.graph.node if n.op_type == "Conv" and padded(n)]
+    dense, dw = [n for n in convs if not depthwise(n)], [n for n in convs if depthwise(n)]
     g = akgpy.from_onnx(model)
     prog = akgpy.fuse(g)
-    convs = [op for op in g.ops if op.name == "Conv2D" and any(op.attrs.get("pad_list", [0]))]
-    assert len(padded) > 0 and len(convs) == len(padded)
+    with_pad_list = [op for op in g.ops if op.name == "Conv2D" and any(op.attrs.get("pad_list", [0]))]
+    assert len(dense) > 0 and len(with_pad_list) == len(dense)
     pad_ops = [op for st in prog.steps for op in prog.partition.subgraph(st.group).ops if op.name == "PadAkg"]
-    assert pad_ops == [] and prog.fallbacks() == []
+    assert len(pad_ops) == len(dw) and prog.fallbacks() == []
     args = [ex[n] for n in g.free_inputs]
     np.testing.assert_allclose(prog(*args)[0], ort_run(model, ex)[0], rtol=1e-4, atol=1e-4)
 

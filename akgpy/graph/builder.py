@@ -343,10 +343,15 @@ class GraphBuilder:
             return self.transpose(y, [0, 3, 1, 2])
         wt = (self.weight(weight_name + "_ohwi", np.ascontiguousarray(w.transpose(0, 2, 3, 1)))
               if isinstance(w, np.ndarray) else self.transpose(w, [0, 2, 3, 1]))
-        # the padding as Conv2D's pad_list (top, bottom, left, right): read as zeros by the
-        # conv's guarded loads, never a padded copy of the activation
-        pad_list = [pads[0], pads[2], pads[1], pads[3]]
         ho, wo = (h + pads[0] + pads[2] - kh) // sh + 1, (wd + pads[1] + pads[3] - kw) // sw + 1
+        if groups == c and groups > 1 and any(pads):
+            # depthwise: its taps are written out elementwise, where a guard per tap read cost
+            # more than one padded copy (bench/results/cnn_ops.md); dense convs read their
+            # padding through pad_list (top, bottom, left, right) with no padded copy
+            xt = self.op("PadAkg", [xt], [n, h + pads[0] + pads[2], wd + pads[1] + pads[3], c], xt.dtype,
+                         head=[0, pads[0], pads[1], 0], tail=[0, pads[2], pads[3], 0], pad_val=0.0)
+            pads = (0, 0, 0, 0)
+        pad_list = [pads[0], pads[2], pads[1], pads[3]]
         y = self.op("Conv2D", [xt, wt], [n, ho, wo, o], x.dtype, stride=[1, 1, sh, sw], pad_list=pad_list,
                     dilation=[1, 1, 1, 1], **({"groups": groups} if groups != 1 else {}))
         return self.transpose(y, [0, 3, 1, 2])

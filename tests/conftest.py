@@ -58,3 +58,13 @@ def no_hang():
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """torch.compile tests: each starts and ends with dynamo's caches cleared, so one test's
+    compiled graphs (and their guards) never serve another."""
+    import torch
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()

@@ -13,13 +13,7 @@ from akgpy.torch.backend import akgpy_backend  # noqa: E402
 from akgpy.zoo_torch import import_transformers  # noqa: E402
 
 TOL = dict(rtol=1e-4, atol=1e-4)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _left_to_torch(report) -> tuple[int, int]:

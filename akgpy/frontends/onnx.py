@@ -23,7 +23,7 @@ from .. import dtypes
 from ..errors import AttrError, FormatError, ShapeError, UnsupportedOpError
 from ..graph.builder import GraphBuilder, Value
 from ..graph.ir import Graph
-from ..ops.registry import broadcast_shapes, pool_extent, slice_shape
+from ..ops.registry import broadcast_shapes, slice_shape
 
 # ONNX ops whose outputs are computed at import when every input is a constant.
 FOLDABLE = {"Shape", "Size", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Cast", "Add", "Sub",
@@ -523,12 +523,8 @@ def _pool(kind: str):
             pads = [lo[0], lo[1], total[0] - lo[0], total[1] - lo[1]]
         elif auto == "VALID":
             pads = [0, 0, 0, 0]
-        out = [pool_extent(n, k, s, pads[d], pads[d + 2], ceil)
-               for d, (n, k, s) in enumerate(zip(size, kernel, strides))]
         include = im.flag("count_include_pad", 0) if kind == "avg" else False
-        return [im.b.op("Pool2D", [x], [*x.shape[:2], *out], x.dtype, pool_type=kind, kernel=kernel,
-                        stride=strides, pad_head=pads[:2], pad_tail=pads[2:], ceil_mode=ceil,
-                        count_include_pad=include)]
+        return [im.b.pool2d(x, kind, kernel, strides, pads[:2], pads[2:], ceil, include)]
     return h
 
 

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import AkgpyError, AttrError, ShapeError
-from ..ops.registry import broadcast_shapes, matmul_dims, normalize_axis
+from ..ops.registry import broadcast_shapes, matmul_dims, normalize_axis, pool_extent
 from .ir import Graph, Op, Tensor
 
 
@@ -355,6 +355,15 @@ class GraphBuilder:
         y = self.op("Conv2D", [xt, wt], [n, ho, wo, o], x.dtype, stride=[1, 1, sh, sw], pad_list=pad_list,
                     dilation=[1, 1, 1, 1], **({"groups": groups} if groups != 1 else {}))
         return self.transpose(y, [0, 3, 1, 2])
+
+    def pool2d(self, x: Value, kind: str, kernel: Sequence[int], stride: Sequence[int], pad_head: Sequence[int],
+               pad_tail: Sequence[int], ceil_mode: bool = False, count_include_pad: bool = False) -> Value:
+        """Pool2D ("max" or "avg") over x's last two dims, its output extents by the op table's rule."""
+        out = [pool_extent(n, k, s, h, t, ceil_mode)
+               for n, k, s, h, t in zip(x.shape[-2:], kernel, stride, pad_head, pad_tail)]
+        return self.op("Pool2D", [x], [*x.shape[:-2], *out], x.dtype, pool_type=kind, kernel=list(kernel),
+                       stride=list(stride), pad_head=list(pad_head), pad_tail=list(pad_tail), ceil_mode=bool(ceil_mode),
+                       count_include_pad=bool(count_include_pad))
 
     def inplace_assign(self, target: Value, value: Value, passthrough: Value | None = None,
                        fake_output: bool = True) -> Value:

@@ -435,13 +435,7 @@ def _pair(v: Any, default: Any) -> list[int]:
 def _pool(b, x, kind, kernel, stride, padding, ceil_mode, count_include_pad=True):
     kernel = _pair(kernel, ())
     stride, padding = _pair(stride, kernel), _pair(padding, ())
-    sizes = [(s + 2 * p - k + ((st - 1) if ceil_mode else 0)) // st + 1
-             for s, k, st, p in zip(x.shape[-2:], kernel, stride, padding)]
-    if ceil_mode:  # a window starting in the tail padding is dropped
-        sizes = [d - 1 if (d - 1) * st >= s + p else d for d, s, st, p in zip(sizes, x.shape[-2:], stride, padding)]
-    return b.op("Pool2D", [x], [*x.shape[:-2], *sizes], x.dtype, pool_type=kind, kernel=kernel, stride=stride,
-                pad_head=padding, pad_tail=padding, ceil_mode=bool(ceil_mode),
-                count_include_pad=bool(count_include_pad))
+    return b.pool2d(x, kind, kernel, stride, padding, padding, ceil_mode, count_include_pad)
 
 
 def _max_pool2d(b, out, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
